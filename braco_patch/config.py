@@ -1,0 +1,286 @@
+"""Braco configuration: one frozen dataclass, the paper's budget presets, and the ``mm_*`` config keys.
+
+Precedence when a coder is built from a LLaVA model config: the preset named by the projector type
+(``braco_c3s7``, ``braco_k16``) < keys stored in ``config.json`` < explicit keyword overrides.
+
+Config keys: the options the official implementation has are stored under its ``mm_fourier_*`` names
+(braco-official §2), so one vocabulary serves both; options only this project has use ``mm_braco_*``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
+
+from .coordinates import COORDINATE_MODES, resolve_coordinates
+from .embedding import EMBEDDINGS
+from .residual import check_selection
+from .schedule import SCHEDULES
+
+__all__ = ["BracoConfig", "BRACO_BUDGETS", "allocate_budget", "MM_KEYS", "OFFICIAL_BUILDER_DEFAULTS"]
+
+#: The paper's main-table allocations (App. "Main Braco configurations"): K -> (C, S, coordinates).
+BRACO_BUDGETS: dict[int, tuple[int, int, str]] = {
+    4: (1, 3, "coef"),
+    9: (2, 5, "coef"),
+    16: (3, 7, "coef"),
+    25: (4, 9, "idct"),
+}
+
+_PRIORS = ("grad", "none")
+
+
+def allocate_budget(tokens: int) -> tuple[int, int]:
+    """Split a total budget ``K`` into ``(C, S)`` with ``K = C² + S``.
+
+    Table budgets use the paper's allocation. Any other ``K ≥ 1`` follows the rule the table obeys:
+    ``C = max(⌊√K⌋ - 1, 1)`` and ``S = K - C²`` (so 10 → c2s6, 36 → c5s11, 1 → c1s0).
+    """
+    if not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"token budget must be a positive integer, got {tokens!r}")
+    if tokens in BRACO_BUDGETS:
+        c, s, _ = BRACO_BUDGETS[tokens]
+        return c, s
+    c = max(math.isqrt(tokens) - 1, 1)
+    return c, tokens - c * c
+
+
+@dataclass(frozen=True)
+class BracoConfig:
+    """Everything that defines a Braco coder. Defaults are the paper's main configuration (c3s7).
+
+    Args:
+        cutoff: C, retained DCT frequencies per axis; ``C²`` backbone tokens (main table: 1/2/3/4).
+        residual_tokens: S, spatial residual tokens (main table: 3/5/7/9).
+        coordinates: ``auto`` (coef below C² = 16, idct from there), ``coef`` (alias ``vanilla``), ``idct``,
+            ``randrot``.
+        embedding: basis-coordinate embedding: ``polar`` (paper), ``learned``, ``sincos2d``, ``none``.
+        num_freqs: F Fourier bands ``2^k`` (paper: 8, so 32 features).
+        include_raw: prepend ``[r, sin θ, cos θ]`` to the polar features (paper: off).
+        pe_scale_init: initial embedding gate α (paper: 0.1).
+        prior: ``grad`` (standardised gradient-energy prior, paper) or ``none``.
+        prior_weight_init: initial prior weight (paper: 0.0, learnable).
+        selection: ``sparsemax`` (paper), ``softmax``, ``entmax15`` or ``entmax:<alpha>``.
+        scorer_hidden_mult: scorer hidden width as a multiple of d (paper: 1); ``≤ 0`` = one linear layer.
+        residual_norm: LayerNorm on the pooled residual tokens (paper: on).
+        residual_scale_init: initial learnable residual scale (paper: 1.0).
+        temperature: sparsemax temperature when no schedule is active, i.e. at inference (paper: 0.8).
+        temperature_mul: extra factor on the temperature (official ``spatial_temp_mul``, 1.0).
+        temp_start, temp_end, temp_steps, temp_schedule: annealing (paper: cosine 2.0→1.2 in stage 1,
+            1.2→0.8 in stage 2); unset start/end or ``temp_steps ≤ 0`` disables it.
+        detach_dct: no gradient into the tokens through the DCT backbone (official default: on).
+        post_concat_norm, post_concat_norm_eps: LayerNorm over all output tokens (paper: off).
+        rotation_seed: seed of the fixed ``randrot`` rotation.
+    """
+
+    cutoff: int = 3
+    residual_tokens: int = 7
+    coordinates: str = "auto"
+    embedding: str = "polar"
+    num_freqs: int = 8
+    include_raw: bool = False
+    pe_scale_init: float = 0.1
+    prior: str = "grad"
+    prior_weight_init: float = 0.0
+    selection: str = "sparsemax"
+    scorer_hidden_mult: float = 1
+    residual_norm: bool = True
+    residual_scale_init: float = 1.0
+    temperature: float = 0.8
+    temperature_mul: float = 1.0
+    temp_start: float | None = None
+    temp_end: float | None = None
+    temp_steps: int = 0
+    temp_schedule: str = "cosine"
+    detach_dct: bool = True
+    post_concat_norm: bool = False
+    post_concat_norm_eps: float = 1e-5
+    rotation_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("cutoff", "residual_tokens", "num_freqs", "temp_steps", "rotation_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if self.cutoff < 0:
+            raise ValueError(f"cutoff C must be >= 0, got {self.cutoff}")
+        if self.residual_tokens < 0:
+            raise ValueError(f"residual_tokens S must be >= 0, got {self.residual_tokens}")
+        if self.cutoff == 0 and self.residual_tokens == 0:
+            raise ValueError("cutoff C and residual_tokens S are both 0; a coder must output at least one token")
+        object.__setattr__(self, "coordinates", "coef" if self.coordinates == "vanilla" else self.coordinates)
+        if self.coordinates not in COORDINATE_MODES:
+            raise ValueError(
+                f"unknown coordinate mode {self.coordinates!r}; expected one of {list(COORDINATE_MODES)} (or 'vanilla')"
+            )
+        if self.embedding not in EMBEDDINGS:
+            raise ValueError(f"unknown embedding {self.embedding!r}; expected one of {list(EMBEDDINGS)}")
+        if self.num_freqs < 1:
+            raise ValueError(f"num_freqs must be >= 1, got {self.num_freqs}")
+        if self.prior not in _PRIORS:
+            raise ValueError(f"unknown spatial prior {self.prior!r}; expected one of {list(_PRIORS)}")
+        check_selection(self.selection)
+        if self.temp_schedule not in SCHEDULES:
+            raise ValueError(f"unknown temperature schedule {self.temp_schedule!r}; expected one of {list(SCHEDULES)}")
+        _check_positive_finite("temperature", self.temperature)
+        _check_positive_finite("temperature_mul", self.temperature_mul)
+        for name in ("temp_start", "temp_end"):
+            if getattr(self, name) is not None:
+                _check_positive_finite(name, getattr(self, name))
+        for name in ("pe_scale_init", "prior_weight_init", "residual_scale_init", "post_concat_norm_eps"):
+            if not math.isfinite(float(getattr(self, name))):
+                raise ValueError(f"{name} must be finite, got {getattr(self, name)!r}")
+
+    # -- derived -------------------------------------------------------------------------------------
+    @property
+    def backbone_tokens(self) -> int:
+        """K_b = C²."""
+        return self.cutoff * self.cutoff
+
+    @property
+    def output_tokens(self) -> int:
+        """K = C² + S."""
+        return self.backbone_tokens + self.residual_tokens
+
+    @property
+    def resolved_coordinates(self) -> str:
+        """``coef``, ``idct`` or ``randrot`` after resolving ``auto``."""
+        return resolve_coordinates(self.coordinates, self.cutoff)
+
+    @property
+    def is_annealed(self) -> bool:
+        return self.temp_start is not None and self.temp_end is not None and self.temp_steps > 0
+
+    @property
+    def name(self) -> str:
+        """The projector name that rebuilds this allocation, e.g. ``c3s7`` or ``c4s9_idct``."""
+        base = f"c{self.cutoff}s{self.residual_tokens}"
+        return base if self.coordinates == "auto" else f"{base}_{self.coordinates}"
+
+    # -- constructors --------------------------------------------------------------------------------
+    @classmethod
+    def from_budget(cls, tokens: int, **overrides: Any) -> "BracoConfig":
+        """The paper's allocation for a total budget K (4/9/16/25), or the documented rule for any K."""
+        cutoff, residual = allocate_budget(tokens)
+        coords = BRACO_BUDGETS[tokens][2] if tokens in BRACO_BUDGETS else "auto"
+        return cls(**{"cutoff": cutoff, "residual_tokens": residual, "coordinates": coords, **overrides})
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: Any) -> "BracoConfig":
+        """Parse ``c{C}s{S}[_coef|_idct|_randrot|_vanilla]`` or ``k{K}`` (a ``braco_`` prefix is accepted)."""
+        match = NAME_PATTERN.fullmatch(name.removeprefix("braco_"))
+        if match is None:
+            raise ValueError(
+                f"cannot parse Braco name {name!r}; expected 'c<C>s<S>' with an optional '_coef', '_idct' or "
+                f"'_randrot' suffix, or 'k<K>', e.g. 'c3s7', 'c4s9_idct', 'k16'"
+            )
+        return cls(**{**preset_from_match(match), **overrides})
+
+    def replace(self, **changes: Any) -> "BracoConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+NAME_PATTERN = re.compile(r"(?:c(?P<c>\d+)s(?P<s>\d+)(?:_(?P<mode>coef|idct|randrot|vanilla))?|k(?P<k>\d+))")
+
+
+def preset_from_match(match: "re.Match[str]") -> dict[str, Any]:
+    """Fields fixed by a parsed name (see :data:`NAME_PATTERN`)."""
+    if match.group("k") is not None:
+        k = int(match.group("k"))
+        c, s = allocate_budget(k)
+        coords = BRACO_BUDGETS[k][2] if k in BRACO_BUDGETS else "auto"
+        return {"cutoff": c, "residual_tokens": s, "coordinates": coords}
+    return {
+        "cutoff": int(match.group("c")),
+        "residual_tokens": int(match.group("s")),
+        "coordinates": match.group("mode") or "auto",
+    }
+
+
+# -- config.json keys --------------------------------------------------------------------------------
+
+#: Config key -> BracoConfig field for keys that map one to one.
+MM_KEYS: dict[str, str] = {
+    "mm_fourier_C": "cutoff",
+    "mm_fourier_spatial_keep": "residual_tokens",
+    "mm_fourier_detach_dct": "detach_dct",
+    "mm_fourier_temperature": "temperature",
+    "mm_fourier_temp_start": "temp_start",
+    "mm_fourier_temp_end": "temp_end",
+    "mm_fourier_temp_steps": "temp_steps",
+    "mm_fourier_temp_schedule": "temp_schedule",
+    "mm_fourier_polar_num_freqs": "num_freqs",
+    "mm_fourier_polar_include_raw": "include_raw",
+    "mm_fourier_polar_pe_scale_init": "pe_scale_init",
+    "mm_fourier_spatial_use_norm": "residual_norm",
+    "mm_fourier_spatial_scale_init": "residual_scale_init",
+    "mm_fourier_spatial_hidden_mult": "scorer_hidden_mult",
+    "mm_fourier_spatial_selection_norm": "selection",
+    "mm_fourier_spatial_temp_mul": "temperature_mul",
+    "mm_fourier_spatial_prior": "prior",
+    "mm_fourier_spatial_prior_weight_init": "prior_weight_init",
+    "mm_fourier_post_concat_norm": "post_concat_norm",
+    "mm_fourier_post_concat_norm_eps": "post_concat_norm_eps",
+    "mm_braco_coordinates": "coordinates",
+    "mm_braco_embedding": "embedding",
+    "mm_braco_rotation_seed": "rotation_seed",
+}
+
+#: What the official LLaVA builder assumes for an absent ``mm_fourier_*`` key (braco-official §2), as
+#: BracoConfig fields. One deliberate difference: an absent ``mm_fourier_use_polar_pe`` means the paper's
+#: polar embedding here, not "off" (the official default would silently drop the embedding).
+OFFICIAL_BUILDER_DEFAULTS: dict[str, Any] = {
+    "cutoff": 16,
+    "residual_tokens": 0,
+    "temp_start": 1.5,
+    "temp_end": 0.3,
+    "temp_steps": 2000,
+    "coordinates": "coef",
+}
+
+_SPECIAL_KEYS = ("mm_fourier_use_polar_pe", "mm_fourier_low_idct", "mm_fourier_K_high", "mm_fourier_spatial_method")
+
+
+def fields_from_mm_keys(values: Mapping[str, Any]) -> dict[str, Any]:
+    """BracoConfig fields stored in a flat ``mm_*`` mapping (absent or ``None`` keys are skipped)."""
+    out: dict[str, Any] = {}
+    for key, field in MM_KEYS.items():
+        if values.get(key) is not None:
+            out[field] = values[key]
+    if values.get("mm_fourier_K_high") not in (None, 0):
+        raise ValueError(f"mm_fourier_K_high must be 0 (high-frequency tokens are not part of Braco), got {values['mm_fourier_K_high']!r}")
+    if values.get("mm_fourier_spatial_method") not in (None, "learned"):
+        raise ValueError(f"mm_fourier_spatial_method must be 'learned', got {values['mm_fourier_spatial_method']!r}")
+    if values.get("mm_fourier_use_polar_pe") is not None and "embedding" not in out:
+        out["embedding"] = "polar" if values["mm_fourier_use_polar_pe"] else "none"
+    if values.get("mm_fourier_low_idct") is not None and "coordinates" not in out:
+        out["coordinates"] = "idct" if values["mm_fourier_low_idct"] else "coef"
+    return out
+
+
+def to_mm_keys(cfg: BracoConfig) -> dict[str, Any]:
+    """Every key needed to rebuild ``cfg`` from ``config.json``: official names where they exist."""
+    values = asdict(cfg)
+    out = {key: values[field] for key, field in MM_KEYS.items()}
+    out["mm_fourier_K_high"] = 0
+    out["mm_fourier_spatial_method"] = "learned"
+    out["mm_fourier_use_polar_pe"] = cfg.embedding == "polar"
+    out["mm_fourier_low_idct"] = cfg.resolved_coordinates == "idct"
+    return out
+
+
+def _check_positive_finite(name: str, value: Any) -> None:
+    try:
+        ok = math.isfinite(float(value)) and float(value) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+CONFIG_FIELDS = tuple(f.name for f in fields(BracoConfig))

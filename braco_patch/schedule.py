@@ -1,0 +1,70 @@
+"""Sparsemax temperature annealing (paper App. J.2; official ``set_step`` semantics).
+
+``scheduled_temperature`` is the schedule as a pure function. :class:`BracoAnnealCallback` drives every
+annealed coder in a model from the Hugging Face ``Trainer``: on train begin and after every optimiser step
+it sets the temperature for ``state.global_step``, so step ``t + 1`` trains with ``τ(t)``, all
+gradient-accumulation micro-batches share one ``τ``, and a resumed run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+
+from transformers import TrainerCallback
+
+__all__ = ["SCHEDULES", "TEMPERATURE_FLOOR", "scheduled_temperature", "BracoAnnealCallback", "annealed_coders"]
+
+SCHEDULES = ("cosine", "linear", "exp")
+TEMPERATURE_FLOOR = 1e-6
+
+
+def scheduled_temperature(
+    step: int,
+    *,
+    temperature: float,
+    start: float | None,
+    end: float | None,
+    steps: int,
+    schedule: str = "cosine",
+) -> float:
+    """Temperature at optimiser step ``step``.
+
+    - ``start`` or ``end`` unset, or ``steps ≤ 0``: the constant ``temperature``.
+    - otherwise ``p = clamp(step, 0, steps) / steps`` and
+      ``cosine``: ``end + ½(start - end)(1 + cos πp)``; ``linear``: ``start + (end - start)p``;
+      ``exp``: ``end + (start - end)·0.01^p`` (approaches but never reaches ``end``, as the official code).
+      Any other schedule name falls back to cosine, matching the official code; configs validate names.
+
+    The result is floored at 1e-6.
+    """
+    if start is None or end is None or steps <= 0:
+        return max(float(temperature), TEMPERATURE_FLOOR)
+    p = min(max(step, 0), steps) / steps
+    if schedule == "linear":
+        tau = start + (end - start) * p
+    elif schedule == "exp":
+        tau = end + (start - end) * 0.01**p
+    else:
+        tau = end + 0.5 * (start - end) * (1.0 + math.cos(math.pi * p))
+    return max(tau, TEMPERATURE_FLOOR)
+
+
+def annealed_coders(model) -> list:
+    """Every module of ``model`` with a temperature schedule (``set_step`` and ``is_annealed``)."""
+    return [m for m in model.modules() if getattr(m, "is_annealed", False) and hasattr(m, "set_step")]
+
+
+class BracoAnnealCallback(TrainerCallback):
+    """Set every annealed coder's temperature from ``state.global_step``."""
+
+    def _apply(self, state, model) -> None:
+        if model is None:
+            return
+        for coder in annealed_coders(model):
+            coder.set_step(state.global_step, state.max_steps)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._apply(state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self._apply(state, model)

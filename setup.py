@@ -1,0 +1,36 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="braco-llava",
+    version="0.1.0",
+    description="Braco visual-token compression for LLaVA-style vision-language models",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["llava", "llava.*", "braco_patch", "braco_patch.*"]),
+    install_requires=[
+        "torch>=2.4",
+        "transformers>=5.0,<6",
+        "tokenizers>=0.21",
+        "sentencepiece>=0.2",
+        "protobuf>=4",
+        "entmax>=1.3",
+        "safetensors>=0.4",
+        "numpy>=1.24",
+        "pillow>=10",
+        "shortuuid>=1.0",
+        "accelerate>=1.0",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "train": ["deepspeed>=0.14", "peft>=0.12", "accelerate>=1.0"],
+        "serve": ["gradio>=5", "fastapi>=0.110", "uvicorn>=0.29", "requests>=2.31", "httpx>=0.27"],
+        "eval": ["pandas>=2.0", "openpyxl>=3.1", "scikit-learn>=1.3"],
+        "dev": ["pytest>=8", "scikit-image>=0.22", "matplotlib>=3.7"],
+    },
+    entry_points={
+        "llava.projectors": ["braco = braco_patch.llava_plugin"],
+        "console_scripts": ["braco = braco_patch.cli:main"],
+    },
+)

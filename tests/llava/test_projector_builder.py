@@ -1,0 +1,95 @@
+"""The projector registry and the Braco plugin seen through build_vision_projector."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+
+from braco_patch import BracoCoder
+from llava.model.multimodal_projector.builder import build_vision_projector, list_projectors, resolve_projector
+
+# One concrete name per registered pattern; a new registration without an example fails the test below.
+EXAMPLES = {
+    "linear": "linear",
+    r"mlp(\d+)x_gelu": "mlp3x_gelu",
+    "identity": "identity",
+    r"braco_c\d+s\d+(?:_(?:coef|idct|randrot|vanilla))?": "braco_c2s5_idct",
+    r"braco_k\d+": "braco_k16",
+    r"fourier_mlp(\d+)x_gelu": "fourier_mlp2x_gelu",
+}
+
+
+def _config(name, **extra):
+    return SimpleNamespace(mm_projector_type=name, mm_hidden_size=32, hidden_size=32 if name == "identity" else 48, **extra)
+
+
+def test_every_registered_pattern_has_an_example():
+    assert set(list_projectors()) == set(EXAMPLES)
+
+
+@pytest.mark.parametrize("pattern", list(EXAMPLES))
+def test_every_projector_builds_and_runs(pattern):
+    name = EXAMPLES[pattern]
+    proj = build_vision_projector(_config(name, mm_fourier_C=2, mm_fourier_spatial_keep=3) if name.startswith("fourier") else _config(name))
+    out = proj(torch.randn(2, 36, 32))
+    assert out.shape[0] == 2 and out.shape[-1] == (32 if name == "identity" else 48)
+    assert torch.isfinite(out).all()
+
+
+def test_upstream_layouts():
+    mlp = build_vision_projector(_config("mlp2x_gelu"))
+    assert [type(m) for m in mlp] == [nn.Linear, nn.GELU, nn.Linear] and mlp[1].approximate == "none"
+    assert set(mlp.state_dict()) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert isinstance(build_vision_projector(SimpleNamespace(mm_hidden_size=32, hidden_size=48)), nn.Linear)
+
+
+def test_braco_projector_layout_is_official():
+    proj = build_vision_projector(_config("braco_c3s7"))
+    assert isinstance(proj[0], BracoCoder) and [type(m) for m in proj[1:]] == [nn.Linear, nn.GELU, nn.Linear]
+    keys = set(proj.state_dict())
+    assert {"0.polar_proj.weight", "0.spatial_scorer.3.weight", "1.weight", "3.weight"} <= keys
+    assert proj(torch.randn(2, 577, 32)).shape == (2, 16, 48)
+
+
+def test_braco_name_and_official_config_build_the_same_module():
+    official = _config("fourier_mlp2x_gelu", mm_fourier_C=3, mm_fourier_spatial_keep=7, mm_fourier_use_polar_pe=True,
+                       mm_fourier_low_idct=False, mm_fourier_spatial_prior="grad", mm_fourier_polar_include_raw=False)
+    torch.manual_seed(0)
+    a = build_vision_projector(official)
+    torch.manual_seed(0)
+    b = build_vision_projector(_config("braco_c3s7"))
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+    x = torch.randn(2, 576, 32)
+    assert torch.equal(a.eval()(x), b.eval()(x))
+
+
+def test_keys_are_written_back_and_rebuild_without_flags():
+    cfg = _config("braco_c4s9", mm_fourier_spatial_prior_weight_init=0.5)
+    first = build_vision_projector(cfg)
+    assert cfg.mm_fourier_C == 4 and cfg.mm_fourier_low_idct is True and cfg.mm_braco_coordinates == "auto"
+    stored = {k: v for k, v in vars(cfg).items()}
+    second = build_vision_projector(SimpleNamespace(**stored))
+    assert second[0].config == first[0].config
+    assert float(second[0].spatial_prior_weight) == 0.5
+
+
+def test_contradicting_keys_are_rejected():
+    with pytest.raises(ValueError, match="config.json says cutoff=4 but mm_projector_type 'braco_c3s7' means cutoff=3"):
+        build_vision_projector(_config("braco_c3s7", mm_fourier_C=4))
+
+
+def test_unknown_projector_lists_known_patterns():
+    with pytest.raises(ValueError, match=r"unknown mm_projector_type 'resampler'; known projector types: linear, mlp"):
+        resolve_projector("resampler")
+
+
+def test_stage1_adapter_keys_interchange():
+    # A stage-1 mm_projector.bin holds model.mm_projector.* keys; stripping the prefix must load strictly.
+    proj = build_vision_projector(_config("braco_k9"))
+    adapter = {f"model.mm_projector.{k}": v for k, v in proj.state_dict().items()}
+    fresh = build_vision_projector(_config("braco_c2s5"))
+    fresh.load_state_dict({k.split("mm_projector.", 1)[1]: v for k, v in adapter.items()}, strict=True)
+    x = torch.randn(1, 576, 32)
+    assert torch.equal(fresh.eval()(x), proj.eval()(x))
