@@ -11,6 +11,7 @@ on the host. It supports the official options only (polar or no embedding, coef/
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -28,8 +29,16 @@ def official_dct_matrix(n: int, dtype: torch.dtype, device: torch.device | str =
     return d
 
 
+@lru_cache(maxsize=32)
+def _cached_dct(n: int, dtype: torch.dtype, device) -> torch.Tensor:
+    # The official module keeps its DCT matrices in non-persistent buffers after the first call.
+    return official_dct_matrix(n, dtype, device)
+
+
+@lru_cache(maxsize=16)
 def official_polar_features(n: int, num_freqs: int, include_raw: bool, device="cpu") -> torch.Tensor:
-    """Polar features over the full N x N lattice in float32, ``[N, N, 4F(+3)]``."""
+    """Polar features over the full N x N lattice in float32, ``[N, N, 4F(+3)]`` (cached per shape and
+    device, as the official code caches them)."""
     u = torch.arange(n, dtype=torch.float32, device=device).view(n, 1).expand(n, n)
     v = torch.arange(n, dtype=torch.float32, device=device).view(1, n).expand(n, n)
     r = torch.sqrt(u * u + v * v) / max(math.sqrt(2 * (n - 1) ** 2), 1.0)
@@ -90,7 +99,7 @@ def official_forward(params: dict[str, torch.Tensor], x: torch.Tensor, cfg) -> t
     dtype = x.dtype
 
     # Steps 2-3: full N x N DCT of every channel, left product first.
-    dct = official_dct_matrix(n, dtype, x.device)
+    dct = _cached_dct(n, dtype, x.device)
     grid = x.transpose(1, 2).reshape(b * d, n, n)
     with torch.set_grad_enabled(torch.is_grad_enabled() and not cfg.detach_dct):
         y = torch.matmul(torch.matmul(dct, grid), dct.transpose(0, 1)).view(b, d, n, n)
@@ -103,7 +112,7 @@ def official_forward(params: dict[str, torch.Tensor], x: torch.Tensor, cfg) -> t
     # Steps 5-7: truncation, optional size-C inverse DCT, row-major serialisation.
     y = y[:, :, :c, :c]
     if cfg.resolved_coordinates == "idct":
-        dc = official_dct_matrix(c, y.dtype, x.device)
+        dc = _cached_dct(c, y.dtype, x.device)
         y = torch.matmul(torch.matmul(dc.transpose(0, 1), y), dc)
     backbone = y.permute(0, 2, 3, 1).reshape(b, c * c, d)
     if s == 0:

@@ -1,0 +1,29 @@
+# Fresh virtualenv with the CPU build of PyTorch, then the project (editable) with its dev extra.
+# On a GPU machine: make install TORCH="torch>=2.4" (or install your CUDA build of torch first).
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: install demo test bench clean
+
+$(BIN)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	$(BIN)/braco demo --out outputs/demo
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python benchmarks/coder.py --json outputs/bench_coder.json
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache
