@@ -1,0 +1,447 @@
+"""Multimodal helpers: image loading and preprocessing, prompt tokenisation with image markers, and
+generation stopping.
+
+The behaviour matches upstream LLaVA where checkpoints depend on it:
+
+* ``process_images`` with ``image_aspect_ratio == "pad"`` pads to a square filled with the processor's
+  mean colour (``(122, 116, 104)`` for CLIP) before the usual resize and centre crop;
+* ``tokenizer_image_token`` tokenises the text around each ``<image>`` separately, keeps exactly one
+  BOS and puts ``IMAGE_TOKEN_INDEX`` (-200) where each image goes; tokenising the whole prompt at once
+  would give different ids next to the image.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import logging
+import math
+import os
+from io import BytesIO
+from typing import Any, Sequence
+
+import torch
+from PIL import Image, UnidentifiedImageError
+from transformers import StoppingCriteria
+
+from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+
+logger = logging.getLogger(__name__)
+
+Resolution = tuple[int, int]  # (width, height)
+
+# ---------------------------------------------------------------------- image loading
+
+
+def load_image_from_base64(image: str) -> Image.Image:
+    """Decode a base64-encoded image file (as sent by the demo) into a PIL image, mode unchanged."""
+    return Image.open(BytesIO(base64.b64decode(image)))
+
+
+def load_image(path_or_url: str | os.PathLike[str]) -> Image.Image:
+    """Open a local image file, or an ``http(s)`` URL when ``requests`` is installed, as RGB.
+
+    Raises:
+        ValueError: If the file is missing, or the file or download is not a readable image.
+        ImportError: For a URL when ``requests`` is not installed.
+    """
+    source = os.fspath(path_or_url)
+    if source.startswith(("http://", "https://")):
+        return _load_image_from_url(source)
+    try:
+        with Image.open(source) as image:
+            return image.convert("RGB")
+    except FileNotFoundError:
+        raise ValueError(f"image file {source!r} does not exist") from None
+    except (UnidentifiedImageError, OSError) as error:
+        raise ValueError(f"image file {source!r} is not a readable image ({error})") from error
+
+
+def _load_image_from_url(url: str) -> Image.Image:
+    try:
+        import requests
+    except ImportError:
+        raise ImportError(
+            f"loading the image {url!r} needs the 'requests' package (pip install requests)"
+        ) from None
+    try:
+        response = requests.get(url, timeout=30)
+        response.raise_for_status()
+        with Image.open(BytesIO(response.content)) as image:
+            return image.convert("RGB")
+    except (requests.RequestException, UnidentifiedImageError, OSError) as error:
+        raise ValueError(f"could not load an image from {url!r} ({error})") from error
+
+
+# ---------------------------------------------------------------------- geometry
+
+
+def expand2square(pil_img: Image.Image, background_color: Any) -> Image.Image:
+    """Pad an image to a square, centring it on the longer side's axis.
+
+    Args:
+        pil_img: Image of size ``(width, height)``.
+        background_color: Fill colour in the image's mode (e.g. an RGB tuple).
+
+    Returns:
+        The image itself if already square, else a new ``max(w, h) x max(w, h)`` image.
+    """
+    width, height = pil_img.size
+    if width == height:
+        return pil_img
+    side = max(width, height)
+    result = Image.new(pil_img.mode, (side, side), background_color)
+    result.paste(pil_img, ((side - width) // 2, (side - height) // 2))
+    return result
+
+
+def select_best_resolution(
+    original_size: Resolution, possible_resolutions: Sequence[Sequence[int]]
+) -> Resolution:
+    """Pick the candidate resolution that keeps the most image detail, then wastes the least area.
+
+    An image scaled to fit a candidate keeps ``min(scaled area, original area)`` pixels of detail
+    (upscaling adds none); the remaining candidate area is padding. Ties keep the earlier candidate.
+
+    Args:
+        original_size: ``(width, height)`` of the image.
+        possible_resolutions: Candidate ``(width, height)`` pairs.
+
+    Returns:
+        The chosen ``(width, height)``.
+
+    Raises:
+        ValueError: If there are no candidates.
+    """
+    if not possible_resolutions:
+        raise ValueError("expected at least one candidate resolution, got none")
+    width, height = original_size
+    best: Resolution = (0, 0)
+    best_detail, best_waste = -1, math.inf
+    for cand_width, cand_height in possible_resolutions:
+        scale = min(cand_width / width, cand_height / height)
+        detail = min(int(width * scale) * int(height * scale), width * height)
+        waste = cand_width * cand_height - detail
+        if detail > best_detail or (detail == best_detail and waste < best_waste):
+            best, best_detail, best_waste = (int(cand_width), int(cand_height)), detail, waste
+    return best
+
+
+def resize_and_pad_image(image: Image.Image, target_resolution: Resolution) -> Image.Image:
+    """Fit an image inside ``target_resolution`` keeping its aspect ratio, centred on black RGB.
+
+    Args:
+        image: Image of any size.
+        target_resolution: ``(width, height)`` of the result.
+    """
+    width, height = image.size
+    target_width, target_height = target_resolution
+    scale_w, scale_h = target_width / width, target_height / height
+    if scale_w < scale_h:
+        new_size = (target_width, min(math.ceil(height * scale_w), target_height))
+    else:
+        new_size = (min(math.ceil(width * scale_h), target_width), target_height)
+    canvas = Image.new("RGB", (target_width, target_height), (0, 0, 0))
+    canvas.paste(
+        image.resize(new_size),
+        ((target_width - new_size[0]) // 2, (target_height - new_size[1]) // 2),
+    )
+    return canvas
+
+
+def divide_to_patches(image: Image.Image, patch_size: int) -> list[Image.Image]:
+    """Cut an image into ``patch_size`` squares, row by row (left to right, top to bottom)."""
+    width, height = image.size
+    return [
+        image.crop((left, top, left + patch_size, top + patch_size))
+        for top in range(0, height, patch_size)
+        for left in range(0, width, patch_size)
+    ]
+
+
+def parse_grid_pinpoints(grid_pinpoints: str | Sequence[Sequence[int]]) -> list[Resolution]:
+    """Return ``image_grid_pinpoints`` as a list of ``(width, height)`` pairs.
+
+    Args:
+        grid_pinpoints: A list of pairs, or its Python-literal string form as stored in
+            ``config.json`` (e.g. ``"[[336, 672], [672, 336], [672, 672]]"``).
+
+    Raises:
+        ValueError: If the value is not a non-empty list of integer pairs.
+    """
+    value: Any = grid_pinpoints
+    if isinstance(grid_pinpoints, str):
+        try:
+            value = ast.literal_eval(grid_pinpoints)
+        except (ValueError, SyntaxError):
+            value = None
+    try:
+        pairs = [(int(w), int(h)) for w, h in value]
+    except (TypeError, ValueError):
+        pairs = []
+    if not pairs:
+        raise ValueError(
+            f"image_grid_pinpoints must be a non-empty list of [width, height] pairs, got {grid_pinpoints!r}"
+        )
+    return pairs
+
+
+def get_anyres_image_grid_shape(
+    image_size: Resolution, grid_pinpoints: str | Sequence[Sequence[int]], patch_size: int
+) -> tuple[int, int]:
+    """Return the ``(columns, rows)`` of patches an image of ``image_size`` is divided into by anyres."""
+    width, height = select_best_resolution(image_size, parse_grid_pinpoints(grid_pinpoints))
+    return width // patch_size, height // patch_size
+
+
+# ---------------------------------------------------------------------- processors
+
+
+def _size_entry(size: Any, key: str) -> int | None:
+    """Read ``key`` from a processor size spec (a dict or transformers' ``SizeDict``)."""
+    if size is None:
+        return None
+    try:
+        value = size[key]
+    except (KeyError, TypeError):
+        value = getattr(size, key, None)
+    return None if value is None else int(value)
+
+
+def _processor_sides(processor: Any) -> tuple[int, int]:
+    """Return ``(patch side, base-view side)`` for anyres from a CLIP-style image processor.
+
+    CLIP processors resize the shortest edge then centre-crop; processors without a crop (SigLIP)
+    resize straight to ``size["height"]``.
+    """
+    crop = getattr(processor, "crop_size", None)
+    size = getattr(processor, "size", None)
+    patch = _size_entry(crop, "height") or _size_entry(size, "height")
+    base = _size_entry(size, "shortest_edge") or _size_entry(size, "height") or patch
+    if patch is None or base is None:
+        raise ValueError(
+            f"cannot read the input size from image processor {type(processor).__name__}; "
+            "expected crop_size['height'] or size['shortest_edge'/'height']"
+        )
+    return patch, base
+
+
+def _preprocess_one(processor: Any, image: Image.Image) -> torch.Tensor:
+    """Run the processor on one image and return its ``[3, H, W]`` pixel tensor."""
+    return processor.preprocess(image, return_tensors="pt")["pixel_values"][0]
+
+
+def process_anyres_image(
+    image: Image.Image, processor: Any, grid_pinpoints: str | Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """Turn one image into a resized global view plus the patches of its best-fitting grid.
+
+    Args:
+        image: Input image.
+        processor: CLIP-style image processor.
+        grid_pinpoints: Candidate resolutions (see :func:`parse_grid_pinpoints`).
+
+    Returns:
+        ``[1 + patches, 3, side, side]``: the global view first, then the patches in row order.
+    """
+    patch_side, base_side = _processor_sides(processor)
+    best = select_best_resolution(image.size, parse_grid_pinpoints(grid_pinpoints))
+    patches = divide_to_patches(resize_and_pad_image(image, best), patch_side)
+    views = [image.resize((base_side, base_side)), *patches]
+    return torch.stack([_preprocess_one(processor, view) for view in views], dim=0)
+
+
+def _is_anyres(image_aspect_ratio: str | None) -> bool:
+    return image_aspect_ratio is not None and (
+        image_aspect_ratio == "anyres" or image_aspect_ratio.startswith("anyres_max")
+    )
+
+
+def process_images(
+    images: Sequence[Image.Image], image_processor: Any, model_cfg: Any
+) -> torch.Tensor | list[torch.Tensor]:
+    """Preprocess images the way the model was trained, per ``model_cfg.image_aspect_ratio``.
+
+    * ``"pad"``: pad to a square filled with ``int(255 * mean)`` per channel, then the processor.
+    * ``"anyres"`` / ``"anyres_max_*"``: :func:`process_anyres_image` with
+      ``model_cfg.image_grid_pinpoints``.
+    * anything else (``None``, ``"square"``...): the processor alone (resize and centre crop).
+
+    Args:
+        images: PIL images.
+        image_processor: A transformers image processor (e.g. ``CLIPImageProcessor``).
+        model_cfg: Object with an optional ``image_aspect_ratio`` attribute (the model config).
+
+    Returns:
+        ``[num_images, 3, H, W]`` (``[num_images, views, 3, H, W]`` for anyres) when all images
+        give the same shape, else a list of per-image tensors.
+
+    Raises:
+        ValueError: If ``images`` is empty.
+    """
+    if len(images) == 0:
+        raise ValueError("process_images expected at least one image, got an empty sequence")
+    aspect_ratio = getattr(model_cfg, "image_aspect_ratio", None)
+    if aspect_ratio == "pad":
+        fill = tuple(int(channel * 255) for channel in image_processor.image_mean)
+        processed = [
+            _preprocess_one(image_processor, expand2square(_as_rgb(image), fill)) for image in images
+        ]
+    elif _is_anyres(aspect_ratio):
+        pinpoints = getattr(model_cfg, "image_grid_pinpoints", None)
+        processed = [process_anyres_image(image, image_processor, pinpoints) for image in images]
+    else:
+        return image_processor(list(images), return_tensors="pt")["pixel_values"]
+    if all(tensor.shape == processed[0].shape for tensor in processed):
+        return torch.stack(processed, dim=0)
+    return processed
+
+
+def _as_rgb(image: Image.Image) -> Image.Image:
+    # The fill colour is an RGB triple, so padding needs an RGB image.
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+# ---------------------------------------------------------------------- tokenisation
+
+
+def tokenizer_image_token(
+    prompt: str,
+    tokenizer: Any,
+    image_token_index: int = IMAGE_TOKEN_INDEX,
+    return_tensors: str | None = None,
+) -> list[int] | torch.Tensor:
+    """Tokenise a prompt, putting ``image_token_index`` at every ``<image>``.
+
+    Each text chunk between ``<image>`` markers is tokenised on its own. If the tokenizer adds a BOS
+    token, the result starts with exactly one BOS and the BOS of every other chunk is dropped.
+
+    Args:
+        prompt: Text with zero or more ``<image>`` markers.
+        tokenizer: A transformers tokenizer.
+        image_token_index: Id written at each marker (-200 by default).
+        return_tensors: ``None`` for a list of ids, ``"pt"`` for a 1-D ``torch.long`` tensor.
+
+    Returns:
+        ``[seq_len]`` token ids.
+
+    Raises:
+        ValueError: If ``return_tensors`` is neither ``None`` nor ``"pt"``.
+    """
+    if return_tensors not in (None, "pt"):
+        raise ValueError(f"unsupported return_tensors {return_tensors!r}; expected None or 'pt'")
+    chunks = [tokenizer(chunk).input_ids for chunk in prompt.split(DEFAULT_IMAGE_TOKEN)]
+    bos = tokenizer.bos_token_id
+    adds_bos = bos is not None and len(chunks[0]) > 0 and chunks[0][0] == bos
+    input_ids: list[int] = [bos] if adds_bos else []
+    for index, chunk in enumerate(chunks):
+        if index > 0:
+            input_ids.append(image_token_index)
+        if adds_bos and chunk and chunk[0] == bos:
+            chunk = chunk[1:]
+        input_ids.extend(chunk)
+    if return_tensors == "pt":
+        return torch.tensor(input_ids, dtype=torch.long)
+    return input_ids
+
+
+def get_model_name_from_path(model_path: str | os.PathLike[str]) -> str:
+    """Return the model name used for loader dispatch and answer files.
+
+    The last path component, or ``"<run>_checkpoint-<N>"`` for a ``.../<run>/checkpoint-<N>`` path;
+    trailing slashes are ignored.
+
+    Raises:
+        ValueError: If the path is empty.
+    """
+    parts = [part for part in os.fspath(model_path).strip("/").split("/") if part]
+    if not parts:
+        raise ValueError(f"expected a model path or hub name, got {model_path!r}")
+    if parts[-1].startswith("checkpoint-") and len(parts) > 1:
+        return f"{parts[-2]}_{parts[-1]}"
+    return parts[-1]
+
+
+# ---------------------------------------------------------------------- generation
+
+
+class KeywordsStoppingCriteria(StoppingCriteria):
+    """Stop each sequence once its newly generated tail contains one of ``keywords``.
+
+    A row is done when its last tokens equal a keyword's token ids, or when the decoded text of its
+    last few generated tokens contains the keyword (keywords can tokenise differently in context).
+    Only generated tokens are inspected, so a keyword inside the prompt (e.g. ``"###"``) never
+    triggers. Works whether ``generate`` returns prompt + new tokens (called with ``input_ids``) or
+    new tokens only (called with ``inputs_embeds``).
+
+    Args:
+        keywords: Stop strings, e.g. ``["</s>"]`` or ``["###"]``.
+        tokenizer: The model's tokenizer.
+        input_ids: ``[batch, prompt_len]`` prompt ids passed to ``generate``.
+    """
+
+    def __init__(self, keywords: Sequence[str], tokenizer: Any, input_ids: torch.Tensor) -> None:
+        if isinstance(keywords, str):
+            keywords = [keywords]
+        if not keywords or any(not keyword for keyword in keywords):
+            raise ValueError(f"expected one or more non-empty keywords, got {keywords!r}")
+        self.keywords = list(keywords)
+        self.tokenizer = tokenizer
+        self.keyword_ids: list[torch.Tensor] = []
+        for keyword in self.keywords:
+            ids = tokenizer(keyword).input_ids
+            if len(ids) > 1 and ids[0] == tokenizer.bos_token_id:
+                ids = ids[1:]
+            self.keyword_ids.append(torch.tensor(ids, dtype=torch.long))
+        self.max_keyword_len = max(len(ids) for ids in self.keyword_ids)
+        self.start_len = int(input_ids.shape[1])
+        self._prompt_len: int | None = None
+
+    def _num_generated(self, length: int) -> int:
+        """Number of generated tokens in a ``length``-long output row.
+
+        On the first step exactly one token is new, which tells whether the rows include the prompt.
+        """
+        if self._prompt_len is None or length <= self._prompt_len:
+            self._prompt_len = max(0, min(self.start_len, length - 1))
+        return length - self._prompt_len
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None = None, **kwargs: Any
+    ) -> torch.BoolTensor:
+        """Return ``[batch]`` booleans, True for rows that should stop.
+
+        Args:
+            input_ids: ``[batch, length]`` sequences generated so far.
+            scores: Unused.
+        """
+        batch, length = input_ids.shape
+        generated = self._num_generated(length)
+        done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        for ids in self.keyword_ids:
+            width = ids.numel()
+            if 0 < width <= generated:
+                done |= (input_ids[:, -width:] == ids.to(input_ids.device)).all(dim=1)
+        tail_len = min(generated, self.max_keyword_len)
+        if tail_len > 0:
+            texts = self.tokenizer.batch_decode(input_ids[:, -tail_len:], skip_special_tokens=True)
+            hits = [any(keyword in text for keyword in self.keywords) for text in texts]
+            done |= torch.tensor(hits, dtype=torch.bool, device=input_ids.device)
+        return done
+
+
+__all__ = [
+    "KeywordsStoppingCriteria",
+    "divide_to_patches",
+    "expand2square",
+    "get_anyres_image_grid_shape",
+    "get_model_name_from_path",
+    "load_image",
+    "load_image_from_base64",
+    "parse_grid_pinpoints",
+    "process_anyres_image",
+    "process_images",
+    "resize_and_pad_image",
+    "select_best_resolution",
+    "tokenizer_image_token",
+]

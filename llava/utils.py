@@ -1,0 +1,218 @@
+"""Logging setup, serving messages and small runtime helpers.
+
+``setup_logging`` configures the root logger once for scripts (with :class:`RankZeroFilter` so that
+only the main process of a distributed run prints); ``build_logger`` gives the serving processes a
+named logger that also writes to a daily-rotated file under ``LOGDIR``.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+from typing import Any, TextIO
+
+from llava.constants import LOGDIR
+
+server_error_msg = "**NETWORK ERROR DUE TO HIGH TRAFFIC. PLEASE REGENERATE OR REFRESH THIS PAGE.**"
+moderation_msg = "YOUR INPUT VIOLATES OUR CONTENT MODERATION GUIDELINES. PLEASE TRY AGAIN."
+
+LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+# Marks the console handler installed by setup_logging, so repeated calls reuse it.
+_HANDLER_MARK = "_llava_setup_logging"
+
+_RANK_ENV_VARS = ("LOCAL_RANK", "RANK")
+
+
+def _formatter() -> logging.Formatter:
+    return logging.Formatter(fmt=LOG_FORMAT, datefmt=LOG_DATE_FORMAT)
+
+
+def get_rank() -> int:
+    """Return this process's rank from ``LOCAL_RANK`` or ``RANK`` (0 when neither is set)."""
+    for name in _RANK_ENV_VARS:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"environment variable {name}={value!r} is not an integer rank") from None
+    return 0
+
+
+class RankZeroFilter(logging.Filter):
+    """Let records through only on rank 0, so a distributed run logs once instead of once per GPU.
+
+    Args:
+        rank: This process's rank; read from ``LOCAL_RANK``/``RANK`` when ``None``.
+    """
+
+    def __init__(self, rank: int | None = None) -> None:
+        super().__init__()
+        self.rank = get_rank() if rank is None else rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.rank == 0
+
+
+def setup_logging(level: int | str = logging.INFO, *, stream: TextIO | None = None) -> logging.Logger:
+    """Configure the root logger for a script; safe to call more than once.
+
+    The first call installs one console handler (``stream``, default stderr) carrying a
+    :class:`RankZeroFilter`; later calls only change the level.
+
+    Args:
+        level: Logging level, e.g. ``logging.INFO`` or ``"DEBUG"``.
+        stream: Where console records go.
+
+    Returns:
+        The root logger.
+
+    Raises:
+        ValueError: If ``level`` is not a known level name.
+    """
+    if isinstance(level, str):
+        resolved = logging.getLevelName(level.upper())
+        if not isinstance(resolved, int):
+            raise ValueError(
+                f"unknown logging level {level!r}; expected DEBUG, INFO, WARNING, ERROR or CRITICAL"
+            )
+        level = resolved
+    root = logging.getLogger()
+    root.setLevel(level)
+    if not any(getattr(handler, _HANDLER_MARK, False) for handler in root.handlers):
+        handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+        handler.setFormatter(_formatter())
+        handler.addFilter(RankZeroFilter())
+        setattr(handler, _HANDLER_MARK, True)
+        root.addHandler(handler)
+    return root
+
+
+class _StreamToLogger:
+    """File-like object that forwards complete lines written to it to a logger."""
+
+    def __init__(self, logger: logging.Logger, level: int, terminal: TextIO) -> None:
+        self.logger = logger
+        self.level = level
+        self.terminal = terminal
+        self._pending = ""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.terminal, name)
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).splitlines(keepends=True)
+        self._pending = ""
+        for line in lines:
+            if line.endswith("\n"):
+                self.logger.log(self.level, line.rstrip())
+            else:
+                self._pending = line
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.logger.log(self.level, self._pending.rstrip())
+            self._pending = ""
+
+
+def build_logger(
+    logger_name: str, logger_filename: str, *, redirect_stdio: bool = False
+) -> logging.Logger:
+    """Return an INFO logger named ``logger_name`` that also writes to ``LOGDIR/logger_filename``.
+
+    The file is rotated daily (UTC). Calling again with the same names adds no duplicate handler.
+
+    Args:
+        logger_name: Logger name, e.g. ``"model_worker"``.
+        logger_filename: File name under ``LOGDIR``.
+        redirect_stdio: Also send ``sys.stdout``/``sys.stderr`` lines to loggers named ``"stdout"``
+            and ``"stderr"`` (what upstream's servers always did); off by default.
+    """
+    setup_logging()
+    logger = logging.getLogger(logger_name)
+    logger.setLevel(logging.INFO)
+
+    os.makedirs(LOGDIR, exist_ok=True)
+    filename = os.path.abspath(os.path.join(LOGDIR, logger_filename))
+    has_file = any(
+        isinstance(handler, logging.FileHandler) and handler.baseFilename == filename
+        for handler in logger.handlers
+    )
+    if not has_file:
+        handler = logging.handlers.TimedRotatingFileHandler(
+            filename, when="D", utc=True, encoding="utf-8"
+        )
+        handler.setFormatter(_formatter())
+        logger.addHandler(handler)
+
+    if redirect_stdio and not isinstance(sys.stdout, _StreamToLogger):
+        stdout_logger = logging.getLogger("stdout")
+        stdout_logger.setLevel(logging.INFO)
+        sys.stdout = _StreamToLogger(stdout_logger, logging.INFO, sys.stdout)
+        stderr_logger = logging.getLogger("stderr")
+        stderr_logger.setLevel(logging.ERROR)
+        sys.stderr = _StreamToLogger(stderr_logger, logging.ERROR, sys.stderr)
+    return logger
+
+
+def disable_torch_init() -> None:
+    """Skip the random initialisation of ``nn.Linear`` and ``nn.LayerNorm`` for the whole process.
+
+    Loading pretrained weights overwrites that initialisation anyway, so skipping it makes model
+    construction much faster. Undo with :func:`enable_torch_init`.
+    """
+    import torch.nn as nn
+
+    for module_cls in (nn.Linear, nn.LayerNorm):
+        if "_llava_reset_parameters" not in module_cls.__dict__:
+            module_cls._llava_reset_parameters = module_cls.reset_parameters
+            module_cls.reset_parameters = _skip_reset_parameters
+
+
+def enable_torch_init() -> None:
+    """Restore the default initialisation removed by :func:`disable_torch_init`."""
+    import torch.nn as nn
+
+    for module_cls in (nn.Linear, nn.LayerNorm):
+        original = module_cls.__dict__.get("_llava_reset_parameters")
+        if original is not None:
+            module_cls.reset_parameters = original
+            del module_cls._llava_reset_parameters
+
+
+def _skip_reset_parameters(self: Any) -> None:
+    """Stand-in for ``reset_parameters`` that leaves the freshly allocated weights untouched."""
+
+
+def violates_moderation(text: str) -> bool:
+    """Return whether ``text`` violates a content policy; always False (no moderation service here).
+
+    Upstream asked the OpenAI moderation API; this build never contacts the network.
+    """
+    return False
+
+
+def pretty_print_semaphore(semaphore: Any) -> str:
+    """Describe an ``asyncio.Semaphore`` (or ``None``) for worker status logs."""
+    if semaphore is None:
+        return "None"
+    return f"Semaphore(value={semaphore._value}, locked={semaphore.locked()})"
+
+
+__all__ = [
+    "RankZeroFilter",
+    "build_logger",
+    "disable_torch_init",
+    "enable_torch_init",
+    "get_rank",
+    "moderation_msg",
+    "pretty_print_semaphore",
+    "server_error_msg",
+    "setup_logging",
+    "violates_moderation",
+]
