@@ -188,16 +188,22 @@ class BracoCoder(nn.Module):
         key = (grid, dtype, device)
         cached = self._operators.get(key)
         if cached is None:
-            cfg = self.config
-            a = coordinate_matrix(cfg.coordinates, cfg.cutoff, cfg.rotation_seed)
-            op = a @ retained_block_operator(dct_matrix(grid[0]), dct_matrix(grid[1]), cfg.cutoff)
-            feats = None
-            if cfg.embedding in ("polar", "sincos2d") and cfg.cutoff > 0:
-                feats = (a @ embedding_features(cfg.embedding, cfg.cutoff, grid, cfg.num_freqs, cfg.include_raw))
-                feats = feats.to(device=device, dtype=torch.float32)
-            cached = (op.to(device=device, dtype=dtype), feats)
+            # Built outside inference mode so a cache filled under ``torch.inference_mode`` still serves
+            # later training steps (inference tensors cannot be saved for backward).
+            with torch.inference_mode(False), torch.no_grad():
+                cached = self._build_operator(grid, dtype, device)
             self._operators[key] = cached
         return cached
+
+    def _build_operator(self, grid: tuple[int, int], dtype: torch.dtype, device: torch.device):
+        cfg = self.config
+        a = coordinate_matrix(cfg.coordinates, cfg.cutoff, cfg.rotation_seed)
+        op = a @ retained_block_operator(dct_matrix(grid[0]), dct_matrix(grid[1]), cfg.cutoff)
+        feats = None
+        if cfg.embedding in ("polar", "sincos2d") and cfg.cutoff > 0:
+            feats = (a @ embedding_features(cfg.embedding, cfg.cutoff, grid, cfg.num_freqs, cfg.include_raw))
+            feats = feats.to(device=device, dtype=torch.float32)
+        return op.to(device=device, dtype=dtype), feats
 
     # -- step 2: embedding ---------------------------------------------------------------------------
     def coordinate_embedding(self, grid: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
@@ -205,9 +211,11 @@ class BracoCoder(nn.Module):
         cfg = self.config
         if cfg.cutoff == 0 or cfg.embedding == "none":
             return None
-        use_cache = not self.training and not torch.compiler.is_compiling()
+        # Parameters made under inference mode carry no version counter, so they are never cached.
+        params = self._embedding_parameters()
+        use_cache = not (self.training or torch.compiler.is_compiling() or any(map(torch.is_inference, params)))
         if use_cache:
-            key = (grid, dtype, device) + tuple((p.data_ptr(), p._version) for p in self._embedding_parameters())
+            key = (grid, dtype, device) + tuple((p.data_ptr(), p._version) for p in params)
             if self._embedding_cache is not None and self._embedding_cache[0] == key:
                 return self._embedding_cache[1]
         if cfg.embedding == "learned":

@@ -31,14 +31,21 @@ def official_dct_matrix(n: int, dtype: torch.dtype, device: torch.device | str =
 
 @lru_cache(maxsize=32)
 def _cached_dct(n: int, dtype: torch.dtype, device) -> torch.Tensor:
-    # The official module keeps its DCT matrices in non-persistent buffers after the first call.
-    return official_dct_matrix(n, dtype, device)
+    # The official module keeps its DCT matrices in non-persistent buffers after the first call. Built
+    # outside inference mode so a cached matrix stays usable by autograd.
+    with torch.inference_mode(False):
+        return official_dct_matrix(n, dtype, device)
 
 
 @lru_cache(maxsize=16)
 def official_polar_features(n: int, num_freqs: int, include_raw: bool, device="cpu") -> torch.Tensor:
     """Polar features over the full N x N lattice in float32, ``[N, N, 4F(+3)]`` (cached per shape and
     device, as the official code caches them)."""
+    with torch.inference_mode(False):
+        return _polar_features(n, num_freqs, include_raw, device)
+
+
+def _polar_features(n: int, num_freqs: int, include_raw: bool, device) -> torch.Tensor:
     u = torch.arange(n, dtype=torch.float32, device=device).view(n, 1).expand(n, n)
     v = torch.arange(n, dtype=torch.float32, device=device).view(1, n).expand(n, n)
     r = torch.sqrt(u * u + v * v) / max(math.sqrt(2 * (n - 1) ** 2), 1.0)

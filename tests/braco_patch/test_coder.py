@@ -217,6 +217,27 @@ def test_eval_embedding_cache_follows_weights_and_mode():
     assert coder.coordinate_embedding((24, 24), torch.float32, torch.device("cpu")).requires_grad
 
 
+def test_caches_filled_under_inference_mode_still_train():
+    coder = _coder(9).eval()
+    x = torch.randn(2, 576, 64)
+    with torch.inference_mode():
+        coder(x)  # fills the operator cache
+        official_forward(dict(coder.named_parameters()), x, coder.config)  # fills the reference caches
+    coder.train()
+    coder(x).sum().backward()
+    assert coder.polar_proj.weight.grad is not None
+    x.requires_grad_(True)
+    official_forward(dict(coder.named_parameters()), x, coder.config).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_coder_built_under_inference_mode_runs_twice():
+    with torch.inference_mode():
+        coder = BracoCoder(64, 3, 7).eval()
+        x = torch.randn(1, 576, 64)
+        assert torch.equal(coder(x), coder(x))
+
+
 @pytest.mark.parametrize(
     "make, message",
     [
