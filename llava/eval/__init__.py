@@ -1,0 +1,1 @@
+"""Evaluation: benchmark loaders (``model_vqa*``), converters, scorers and ``run_llava``."""

@@ -1,0 +1,159 @@
+"""Answer one question about one or more images: ``python -m llava.eval.run_llava``.
+
+Same flags and defaults as upstream (``--model-path --model-base --image-file --query --conv-mode --sep
+--temperature --top_p --num_beams --max_new_tokens``), plus ``--device``. Several images are given as one
+``--image-file`` separated by ``--sep`` (default ``,``). The answer is printed to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from llava.constants import (
+    DEFAULT_IM_END_TOKEN,
+    DEFAULT_IM_START_TOKEN,
+    DEFAULT_IMAGE_TOKEN,
+    IMAGE_PLACEHOLDER,
+    IMAGE_TOKEN_INDEX,
+)
+from llava.conversation import conv_templates
+from llava.mm_utils import get_model_name_from_path, load_image, process_images, tokenizer_image_token
+from llava.utils import setup_logging
+
+logger = logging.getLogger(__name__)
+
+
+def conv_mode_for_model(model_name: str) -> str:
+    """Upstream's conversation template for a model name (``llama-2``, ``mistral``, ``v1.6-34b``, ``v1``,
+    ``mpt``, else ``llava_v0``), checked in that order."""
+    name = model_name.lower()
+    if "llama-2" in name:
+        return "llava_llama_2"
+    if "mistral" in name:
+        return "mistral_instruct"
+    if "v1.6-34b" in name:
+        return "chatml_direct"
+    if "v1" in name:
+        return "llava_v1"
+    if "mpt" in name:
+        return "mpt"
+    return "llava_v0"
+
+
+def resolve_conv_mode(model_name: str, requested: str | None) -> str:
+    """``requested`` if given (logging a warning when it differs from the inferred one), else the inferred mode.
+
+    Raises:
+        ValueError: If the mode is not a key of ``conv_templates``.
+    """
+    inferred = conv_mode_for_model(model_name)
+    if requested is not None and requested != inferred:
+        logger.warning("the conversation mode inferred from %r is %s; using --conv-mode %s", model_name, inferred, requested)
+    mode = requested or inferred
+    if mode not in conv_templates:
+        raise ValueError(f"unknown conversation mode {mode!r}; expected one of {', '.join(sorted(conv_templates))}")
+    return mode
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def image_marker(model_config: Any) -> str:
+    """``<image>``, wrapped in ``<im_start>``/``<im_end>`` when the model was trained with them."""
+    if getattr(model_config, "mm_use_im_start_end", False):
+        return DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
+    return DEFAULT_IMAGE_TOKEN
+
+
+def build_query(query: str, num_images: int, model_config: Any) -> str:
+    """Put the image markers into the user's question.
+
+    ``<image-placeholder>`` marks where images go; a query that has neither it nor ``<image>`` gets one
+    marker per image and a newline prepended (upstream prepends one, which leaves extra images unused).
+    """
+    marker = image_marker(model_config)
+    if IMAGE_PLACEHOLDER in query:
+        return query.replace(IMAGE_PLACEHOLDER, marker)
+    if DEFAULT_IMAGE_TOKEN in query:
+        return query
+    return (marker + "\n") * max(num_images, 1) + query
+
+
+def generation_kwargs(temperature: float, top_p: float | None, num_beams: int, max_new_tokens: int) -> dict[str, Any]:
+    """Upstream's sampling options: ``temperature > 0`` samples, 0 is greedy."""
+    kwargs: dict[str, Any] = {"num_beams": num_beams, "max_new_tokens": max_new_tokens, "use_cache": True}
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature)
+        if top_p is not None:
+            kwargs["top_p"] = top_p
+    else:
+        kwargs["do_sample"] = False
+    return kwargs
+
+
+def eval_model(args: argparse.Namespace) -> str:
+    """Load the model, answer ``args.query`` about ``args.image_file``, print and return the answer."""
+    from llava.model.builder import load_pretrained_model
+
+    # Images first, so a bad file fails before the (slow) model load.
+    images = [load_image(name) for name in args.image_file.split(args.sep) if name]
+    model_name = get_model_name_from_path(args.model_path)
+    tokenizer, model, image_processor, _ = load_pretrained_model(
+        args.model_path, args.model_base, model_name, device=args.device
+    )
+
+    conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode)].copy()
+    conv.append_message(conv.roles[0], build_query(args.query, len(images), model.config))
+    conv.append_message(conv.roles[1], None)
+    prompt = conv.get_prompt()
+
+    input_ids = tokenizer_image_token(prompt, tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
+    pixels = process_images(images, image_processor, model.config)
+    if isinstance(pixels, list):
+        pixels = [tensor.to(model.device, dtype=model.dtype) for tensor in pixels]
+    else:
+        pixels = pixels.to(model.device, dtype=model.dtype)
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    output_ids = model.generate(
+        input_ids.to(model.device),
+        images=pixels,
+        image_sizes=[image.size for image in images],
+        pad_token_id=pad_token_id,
+        **generation_kwargs(args.temperature, args.top_p, args.num_beams, args.max_new_tokens),
+    )
+    answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()
+    print(answer)
+    return answer
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.eval.run_llava", description=__doc__.splitlines()[0])
+    parser.add_argument("--model-path", type=str, default="facebook/opt-350m")
+    parser.add_argument("--model-base", type=str, default=None)
+    parser.add_argument("--image-file", type=str, required=True, help="image path or URL; several joined by --sep")
+    parser.add_argument("--query", type=str, required=True)
+    parser.add_argument("--conv-mode", type=str, default=None)
+    parser.add_argument("--sep", type=str, default=",")
+    parser.add_argument("--temperature", type=float, default=0.2)
+    parser.add_argument("--top_p", "--top-p", dest="top_p", type=float, default=None)
+    parser.add_argument("--num_beams", "--num-beams", dest="num_beams", type=int, default=1)
+    parser.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=512)
+    parser.add_argument("--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run :func:`eval_model`; returns the answer."""
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.WARNING)
+    return eval_model(args)
+
+
+if __name__ == "__main__":
+    main()

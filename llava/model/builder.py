@@ -1,0 +1,303 @@
+"""``load_pretrained_model``: upstream LLaVA's loader for full, LoRA and projector-only checkpoints.
+
+Which loader runs depends on the model name, by upstream's documented rules (:func:`checkpoint_kind`):
+
+* name contains ``llava`` and ``lora``, with ``model_base``: base LLM + ``non_lora_trainables`` + merged PEFT
+  adapter from ``model_path``;
+* name contains ``llava``, with ``model_base``: base LLM + ``mm_projector.safetensors``/``.bin`` from
+  ``model_path`` (a stage-1 output);
+* name contains ``llava``, no base: a full checkpoint;
+* anything else: a plain language model (no image processor), merged with a PEFT adapter if a base is given.
+
+Weights: safetensors first; ``.bin`` files only through ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Any, Literal
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import cached_file
+
+from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
+
+from .language_model.llava_llama import LlavaConfig, LlavaLlamaForCausalLM
+from .llava_arch import load_projector_weights, load_weights_file, projector_state_dict
+
+logger = logging.getLogger(__name__)
+
+CheckpointKind = Literal["llava_lora", "llava_projector", "llava_full", "language_model"]
+
+PROJECTOR_FILES = ("mm_projector.safetensors", "mm_projector.bin")
+NON_LORA_FILES = ("non_lora_trainables.safetensors", "non_lora_trainables.bin")
+SUPPORTED_MODEL_TYPES = ("llava_llama", "llava")
+DEFAULT_CONTEXT_LENGTH = 2048
+
+
+def checkpoint_kind(model_name: str, model_base: str | None) -> CheckpointKind:
+    """Upstream's name rules: which loader a ``model_name`` (see ``get_model_name_from_path``) selects."""
+    name = model_name.lower()
+    if "llava" not in name:
+        return "language_model"
+    if "lora" in name and model_base is None:
+        logger.warning(
+            "%s looks like a LoRA checkpoint but no model_base was given; loading it as a full checkpoint. "
+            "Pass the base LLM as model_base to merge the adapter.",
+            model_name,
+        )
+    if model_base is None:
+        return "llava_full"
+    return "llava_lora" if "lora" in name else "llava_projector"
+
+
+def load_pretrained_model(
+    model_path: str,
+    model_base: str | None,
+    model_name: str,
+    load_8bit: bool = False,
+    load_4bit: bool = False,
+    device_map: Any = "auto",
+    device: str = "cuda",
+    use_flash_attn: bool = False,
+    **kwargs: Any,
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, Any, int]:
+    """Load a LLaVA (or plain LLM) checkpoint with upstream's signature and name rules.
+
+    Args:
+        model_path: Checkpoint directory or hub name.
+        model_base: Base LLM for LoRA and projector-only checkpoints, else ``None``.
+        model_name: Name that selects the loader (see :func:`checkpoint_kind`).
+        load_8bit, load_4bit: Quantise the LLM with bitsandbytes (must be installed).
+        device_map: Used when ``device == "cuda"``; any other device maps the whole model to it.
+        device: ``"cuda"`` (default), ``"cpu"``, ``"cuda:1"``, ...
+        use_flash_attn: Use ``flash_attention_2`` (flash-attn must be installed).
+        **kwargs: Passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
+            is float32 on CPU and float16 elsewhere.
+
+    Returns:
+        ``(tokenizer, model, image_processor, context_len)``; ``image_processor`` is ``None`` for a plain LLM,
+        ``context_len`` is ``config.max_sequence_length`` or 2048.
+
+    Raises:
+        ValueError: For an unsupported model type, a missing projector file, or projector weights that do not
+            match the configured projector (the message names the keys).
+        ImportError: If quantisation needs bitsandbytes, or LoRA needs peft, and it is not installed.
+    """
+    load_kwargs = dict(kwargs)
+    load_kwargs["device_map"] = device_map if device == "cuda" else {"": device}
+    load_kwargs.update(_precision_kwargs(load_8bit, load_4bit, device, load_kwargs))
+    if use_flash_attn:
+        load_kwargs["attn_implementation"] = "flash_attention_2"
+
+    kind = checkpoint_kind(model_name, model_base)
+    logger.info("loading %s as %s (base: %s)", model_path, kind, model_base)
+    if kind == "language_model":
+        tokenizer, model = _load_language_model(model_path, model_base, load_kwargs)
+        return tokenizer, model, None, _context_length(model)
+    if kind == "llava_lora":
+        tokenizer, model = _load_llava_lora(model_path, model_base, load_kwargs)
+    elif kind == "llava_projector":
+        tokenizer, model = _load_llava_projector(model_path, model_base, load_kwargs)
+    else:
+        tokenizer, model = _load_llava_full(model_path, load_kwargs)
+
+    image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device)
+    return tokenizer, model, image_processor, _context_length(model)
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+def _precision_kwargs(load_8bit: bool, load_4bit: bool, device: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``dtype`` / ``quantization_config`` for ``from_pretrained``; pops ``torch_dtype`` from ``kwargs``."""
+    dtype = kwargs.pop("dtype", None)
+    legacy_dtype = kwargs.pop("torch_dtype", None)
+    dtype = dtype if dtype is not None else legacy_dtype
+    if load_8bit or load_4bit:
+        if importlib.util.find_spec("bitsandbytes") is None:
+            flag = "load_8bit" if load_8bit else "load_4bit"
+            raise ImportError(f"{flag} needs the bitsandbytes package; install it with 'pip install bitsandbytes'")
+        from transformers import BitsAndBytesConfig
+
+        if load_8bit:
+            return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True), "dtype": dtype or torch.float16}
+        quantization = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_compute_dtype=torch.float16,
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_quant_type="nf4",
+        )
+        return {"quantization_config": quantization, "dtype": dtype or torch.float16}
+    if dtype is None:
+        dtype = torch.float32 if torch.device(device).type == "cpu" else torch.float16
+    return {"dtype": dtype}
+
+
+def _context_length(model: PreTrainedModel) -> int:
+    return int(getattr(model.config, "max_sequence_length", None) or DEFAULT_CONTEXT_LENGTH)
+
+
+def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    # Upstream asks for the slow (sentencepiece) tokenizer; transformers 5 converts tokenizer.model into an
+    # equivalent tokenizers-backed LlamaTokenizer (needs sentencepiece and protobuf).
+    return AutoTokenizer.from_pretrained(path, use_fast=False)
+
+
+def _llava_config(model_path: str) -> LlavaConfig:
+    config = LlavaConfig.from_pretrained(model_path)
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"{model_path!r} has model_type {config.model_type!r}; this build loads LLaVA checkpoints of type "
+            f"{' or '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    return config
+
+
+def _find_file(model_path: str, filenames: tuple[str, ...]) -> str | None:
+    """The first of ``filenames`` found in a local directory or hub repo."""
+    for filename in filenames:
+        if os.path.isdir(model_path):
+            candidate = os.path.join(model_path, filename)
+            if os.path.isfile(candidate):
+                return candidate
+            continue
+        resolved = cached_file(model_path, filename, _raise_exceptions_for_missing_entries=False)
+        if resolved is not None:
+            return resolved
+    return None
+
+
+def _require(package: str, purpose: str) -> None:
+    if importlib.util.find_spec(package) is None:
+        raise ImportError(f"{purpose} needs the {package} package; install it with 'pip install {package}'")
+
+
+# ---------------------------------------------------------------------------------------------- loaders
+
+
+def _load_llava_full(model_path: str, load_kwargs: dict[str, Any]) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    config = _llava_config(model_path)
+    tokenizer = _load_tokenizer(model_path)
+    model, info = LlavaLlamaForCausalLM.from_pretrained(
+        model_path, config=config, output_loading_info=True, **load_kwargs
+    )
+    _check_projector_keys(info, model_path)
+    return tokenizer, model
+
+
+def _check_projector_keys(info: Any, source: str) -> None:
+    """Raise if the checkpoint lacks projector weights the config asks for, or has extra ones."""
+
+    def projector_keys(keys: Any) -> list[str]:
+        return sorted(key for key in keys if "mm_projector." in key or key.endswith("image_newline"))
+
+    missing = projector_keys(_loading_field(info, "missing_keys"))
+    unexpected = projector_keys(_loading_field(info, "unexpected_keys"))
+    if missing or unexpected:
+        raise ValueError(
+            f"projector weights in {source!r} do not match the projector its config.json describes; "
+            f"missing keys: {missing or 'none'}; unexpected keys: {unexpected or 'none'}"
+        )
+
+
+def _loading_field(info: Any, name: str) -> Any:
+    return info[name] if isinstance(info, dict) else getattr(info, name)
+
+
+def _load_llava_projector(
+    model_path: str, model_base: str, load_kwargs: dict[str, Any]
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    config = _llava_config(model_path)
+    tokenizer = _load_tokenizer(model_base)
+    weights_file = _find_file(model_path, PROJECTOR_FILES)
+    if weights_file is None:
+        raise ValueError(
+            f"{model_path!r} has no {' or '.join(PROJECTOR_FILES)}; a projector-only checkpoint needs one "
+            "(or drop model_base to load a full checkpoint)"
+        )
+    model = LlavaLlamaForCausalLM.from_pretrained(model_base, config=config, **load_kwargs)
+    weights = projector_state_dict(load_weights_file(weights_file))
+    load_projector_weights(model.get_model().mm_projector, weights, repr(weights_file))
+    return tokenizer, model
+
+
+def _load_llava_lora(
+    model_path: str, model_base: str, load_kwargs: dict[str, Any]
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    _require("peft", "loading a LoRA checkpoint")
+    from peft import PeftModel
+
+    config = _llava_config(model_path)
+    tokenizer = _load_tokenizer(model_base)
+    model = LlavaLlamaForCausalLM.from_pretrained(model_base, config=config, **load_kwargs)
+    trainables_file = _find_file(model_path, NON_LORA_FILES)
+    if trainables_file is None:
+        raise ValueError(f"{model_path!r} has no {' or '.join(NON_LORA_FILES)}, which a LLaVA LoRA checkpoint needs")
+    trainables = _strip_lora_prefixes(load_weights_file(trainables_file))
+    projector = projector_state_dict(trainables)
+    load_projector_weights(model.get_model().mm_projector, projector, repr(trainables_file))
+    rest = {key: value for key, value in trainables.items() if "mm_projector." not in key}
+    if rest:
+        result = model.load_state_dict(rest, strict=False)
+        if result.unexpected_keys:
+            raise ValueError(f"{trainables_file!r} holds weights the model does not have: {sorted(result.unexpected_keys)}")
+    model = PeftModel.from_pretrained(model, model_path)
+    model = model.merge_and_unload()
+    logger.info("merged the LoRA adapter from %s", model_path)
+    return tokenizer, model
+
+
+def _strip_lora_prefixes(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``base_model.model.model.x`` → ``model.x`` (PEFT wraps the model twice)."""
+    weights = {key.removeprefix("base_model."): value for key, value in weights.items()}
+    if any(key.startswith("model.model.") for key in weights):
+        weights = {key.removeprefix("model."): value for key, value in weights.items()}
+    return weights
+
+
+def _load_language_model(
+    model_path: str, model_base: str | None, load_kwargs: dict[str, Any]
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    if model_base is None:
+        return _load_tokenizer(model_path), AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs)
+    _require("peft", "merging an adapter into a base model")
+    from peft import PeftModel
+
+    tokenizer = _load_tokenizer(model_base)
+    model = AutoModelForCausalLM.from_pretrained(model_base, **load_kwargs)
+    model = PeftModel.from_pretrained(model, model_path).merge_and_unload()
+    return tokenizer, model
+
+
+# ---------------------------------------------------------------------------------------------- vision
+
+
+def _prepare_multimodal(
+    tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, device_map: Any, device: str
+) -> Any:
+    """Add the image tokens the config asks for, resize the embeddings, load the vision tower.
+
+    ``mm_use_im_patch_token`` defaults to True when absent, as upstream.
+    """
+    config = model.config
+    if getattr(config, "mm_use_im_patch_token", True):
+        tokenizer.add_tokens([DEFAULT_IMAGE_PATCH_TOKEN], special_tokens=True)
+    if getattr(config, "mm_use_im_start_end", False):
+        tokenizer.add_tokens([DEFAULT_IM_START_TOKEN, DEFAULT_IM_END_TOKEN], special_tokens=True)
+    if model.get_input_embeddings().weight.shape[0] != len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
+
+    vision_tower = model.get_vision_tower()
+    if vision_tower is None:
+        raise ValueError(
+            f"the model config names no vision tower (mm_vision_tower); {type(model).__name__} needs one to take images"
+        )
+    vision_tower.load_model(device_map=device_map)
+    if device_map != "auto":
+        tower_dtype = torch.float16 if getattr(model, "is_quantized", False) else model.dtype
+        vision_tower.to(device=device, dtype=tower_dtype)
+    return vision_tower.image_processor

@@ -1,0 +1,347 @@
+"""Tiny, randomly initialised LLaVA pieces saved in upstream's on-disk formats, for tests and CPU demos.
+
+Nothing is downloaded: the tokenizer is a sentencepiece model trained in-process on a few sentences, the
+vision tower is a random ``CLIPVisionModel``, the LLM a random LLaMA. Every builder writes a directory that
+the normal loaders read (``load_pretrained_model``, ``CLIPVisionModel.from_pretrained``,
+``AutoTokenizer.from_pretrained``), so code under test takes the same path as with released weights.
+
+Typical use::
+
+    tokenizer = train_tiny_tokenizer(root / "tokenizer")
+    tower = build_tiny_clip_tower(root / "clip", image_size=48, patch_size=8)  # 6x6 patch grid
+    ckpt = build_tiny_llava_checkpoint(root / "llava-tiny", tower, tokenizer, projector_type="braco_c2s5")
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from llava.constants import DEFAULT_IMAGE_TOKEN
+
+PathLike = str | os.PathLike[str]
+
+#: Upstream's special-token layout for LLaMA / Vicuna tokenizers: pad is unk.
+UNK, BOS, EOS = "<unk>", "<s>", "</s>"
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+
+DEFAULT_TEXTS = (
+    "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+    "detailed, and polite answers to the user's questions.",
+    "A chat between a curious human and an artificial intelligence assistant. The assistant gives helpful, "
+    "detailed, and polite answers to the human's questions.",
+    "USER: What is shown in the image? ASSISTANT: A red square on a white background.",
+    "USER: How many circles are there? ASSISTANT: There are 3 circles.",
+    "Human: Describe the picture. ### Assistant: A small blue triangle next to a green circle.",
+    "Answer the question using a single word or phrase. Yes No left right top bottom",
+    "The quick brown fox jumps over the lazy dog 0 1 2 3 4 5 6 7 8 9.",
+)
+
+
+def _prepare_dir(out_dir: PathLike) -> Path:
+    path = Path(out_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def train_tiny_tokenizer(out_dir: PathLike, texts: Iterable[str] | None = None, vocab_size: int = 384) -> Path:
+    """Train a LLaMA-style sentencepiece BPE model and save it as a Vicuna-style tokenizer directory.
+
+    The directory holds ``tokenizer.model``, ``tokenizer_config.json`` (``LlamaTokenizer``, BOS added,
+    ``legacy`` false) and ``special_tokens_map.json``; ids: ``<unk>`` 0 (also the pad token), ``<s>`` 1,
+    ``</s>`` 2; unknown characters fall back to byte tokens.
+
+    Args:
+        out_dir: Directory to write (created if needed).
+        texts: Training sentences; a few LLaVA-style prompts by default. ``<image>`` never becomes a
+            piece: prompts are split around it before tokenisation.
+        vocab_size: Target vocabulary size (at least 259 + the corpus's distinct characters, because of the
+            byte fallback); a small corpus may end up with fewer pieces.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    import sentencepiece as spm
+
+    corpus = [text.replace(DEFAULT_IMAGE_TOKEN, " ") for text in (texts if texts is not None else DEFAULT_TEXTS)]
+    if not corpus:
+        raise ValueError("train_tiny_tokenizer needs at least one training text, got none")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus),
+        model_writer=model,
+        model_type="bpe",
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        byte_fallback=True,
+        split_digits=True,
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        character_coverage=1.0,
+        minloglevel=2,
+    )
+    path = _prepare_dir(out_dir)
+    (path / "tokenizer.model").write_bytes(model.getvalue())
+    tokenizer_config = {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": BOS,
+        "eos_token": EOS,
+        "unk_token": UNK,
+        "pad_token": UNK,
+        "clean_up_tokenization_spaces": False,
+        "legacy": False,
+        "model_max_length": 2048,
+        "padding_side": "right",
+        "sp_model_kwargs": {},
+        "tokenizer_class": "LlamaTokenizer",
+    }
+    special_tokens = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": UNK}
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    (path / "special_tokens_map.json").write_text(json.dumps(special_tokens, indent=2))
+    return path
+
+
+def build_tiny_clip_tower(
+    out_dir: PathLike,
+    image_size: int = 32,
+    patch_size: int = 8,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    intermediate: int | None = None,
+    seed: int = 0,
+) -> Path:
+    """Save a random ``CLIPVisionModel`` and a matching CLIP image processor (resize + crop to ``image_size``).
+
+    The patch grid is ``(image_size // patch_size)`` per side: 32/8 → 4x4 (16 tokens), 48/8 → 6x6.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    from transformers import CLIPImageProcessorPil, CLIPVisionConfig, CLIPVisionModel
+
+    if image_size % patch_size:
+        raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
+    config = CLIPVisionConfig(
+        hidden_size=hidden,
+        intermediate_size=intermediate or 2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        image_size=image_size,
+        patch_size=patch_size,
+        projection_dim=hidden,
+    )
+    path = _prepare_dir(out_dir)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        CLIPVisionModel(config).save_pretrained(path)
+    processor = CLIPImageProcessorPil(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor.save_pretrained(path)
+    return path
+
+
+def _vocab_size(tokenizer_dir: PathLike) -> int:
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(os.fspath(tokenizer_dir)))
+
+
+def _copy_tokenizer(tokenizer_dir: PathLike, out_dir: Path) -> None:
+    for name in TOKENIZER_FILES:
+        source = Path(tokenizer_dir) / name
+        if source.is_file():
+            shutil.copyfile(source, out_dir / name)
+
+
+def _llm_config_kwargs(
+    tokenizer_dir: PathLike, hidden: int, layers: int, heads: int, intermediate: int | None, max_position: int
+) -> dict[str, Any]:
+    return {
+        "vocab_size": _vocab_size(tokenizer_dir),
+        "hidden_size": hidden,
+        "intermediate_size": intermediate or 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "max_position_embeddings": max_position,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+
+
+def _multimodal_keys(tower_dir: PathLike, projector_type: str, extra_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Upstream's ``mm_*`` keys (as in the released LLaVA-1.5 config.json) for a tower directory."""
+    from transformers import CLIPVisionConfig
+
+    tower = CLIPVisionConfig.from_pretrained(os.fspath(tower_dir))
+    keys: dict[str, Any] = {
+        "mm_vision_tower": os.fspath(tower_dir),
+        "mm_hidden_size": tower.hidden_size,
+        "mm_projector_type": projector_type,
+        "mm_vision_select_layer": -2,
+        "mm_vision_select_feature": "patch",
+        "mm_patch_merge_type": "flat",
+        "use_mm_proj": True,
+        "mm_use_im_start_end": False,
+        "mm_use_im_patch_token": False,
+        "image_aspect_ratio": "pad",
+        "tune_mm_mlp_adapter": False,
+        "freeze_mm_mlp_adapter": False,
+        "unfreeze_mm_vision_tower": False,
+    }
+    keys.update(extra_config or {})
+    return keys
+
+
+def build_tiny_llm(
+    out_dir: PathLike,
+    tokenizer_dir: PathLike,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    intermediate: int | None = None,
+    max_position: int = 1024,
+    seed: int = 0,
+) -> Path:
+    """Save a random plain ``LlamaForCausalLM`` (a stand-in for Vicuna) with the tokenizer files.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**_llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position))
+    path = _prepare_dir(out_dir)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        LlamaForCausalLM(config).save_pretrained(path)
+    _copy_tokenizer(tokenizer_dir, path)
+    return path
+
+
+def build_tiny_llava_checkpoint(
+    out_dir: PathLike,
+    tower_dir: PathLike,
+    tokenizer_dir: PathLike,
+    projector_type: str = "mlp2x_gelu",
+    model_type: str = "llava_llama",
+    extra_config: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    intermediate: int | None = None,
+    max_position: int = 1024,
+) -> Path:
+    """Save a random full (stage-2 style) LLaVA checkpoint in upstream's format.
+
+    ``config.json`` has ``architectures ["LlavaLlamaForCausalLM"]``, ``model_type`` (``llava_llama``, or
+    ``llava`` as in the released LLaVA-1.5 files), the LLaMA dims and upstream's ``mm_*`` keys naming
+    ``tower_dir`` as ``mm_vision_tower`` (plus whatever keys the projector records, e.g. ``mm_braco_*``);
+    ``model.safetensors`` holds ``model.embed_tokens``, ``model.layers.*``, ``model.norm``, ``lm_head`` and
+    ``model.mm_projector.*`` (no CLIP weights); the tokenizer files are copied from ``tokenizer_dir``.
+
+    Args:
+        out_dir: Directory to write; name it ``llava-...`` so ``load_pretrained_model``'s name rules apply.
+        tower_dir: From :func:`build_tiny_clip_tower`.
+        tokenizer_dir: From :func:`train_tiny_tokenizer`.
+        projector_type: Any registered ``mm_projector_type``.
+        model_type: ``"llava_llama"`` or ``"llava"``.
+        extra_config: More config keys (e.g. official ``mm_fourier_*`` keys); they override the defaults.
+        seed: Seed for the random weights.
+        hidden, layers, heads, intermediate, max_position: LLaMA dims.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    from .language_model.llava_llama import LlavaConfig, LlavaLlamaForCausalLM
+
+    if model_type not in ("llava_llama", "llava"):
+        raise ValueError(f"unknown model_type {model_type!r}; expected 'llava_llama' or 'llava'")
+    config = LlavaConfig(
+        **_llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position),
+        **_multimodal_keys(tower_dir, projector_type, extra_config),
+    )
+    config.architectures = ["LlavaLlamaForCausalLM"]
+    path = _prepare_dir(out_dir)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlavaLlamaForCausalLM(config)
+    model.save_pretrained(path)
+    if model_type != LlavaConfig.model_type:
+        config_file = path / "config.json"
+        saved = json.loads(config_file.read_text())
+        saved["model_type"] = model_type
+        config_file.write_text(json.dumps(saved, indent=2, sort_keys=True))
+    _copy_tokenizer(tokenizer_dir, path)
+    return path
+
+
+def build_tiny_projector_checkpoint(
+    out_dir: PathLike,
+    base_dir: PathLike,
+    tower_dir: PathLike,
+    projector_type: str = "mlp2x_gelu",
+    extra_config: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    file_format: str = "bin",
+) -> Path:
+    """Save a stage-1 (projector-only) output: ``config.json`` + ``mm_projector.bin`` (or ``.safetensors``).
+
+    The config is the base LLM's (:func:`build_tiny_llm`) with ``model_type`` ``llava_llama``, upstream's
+    ``mm_*`` keys and ``tune_mm_mlp_adapter: true``; the weights file maps ``model.mm_projector.<i>.*`` to
+    tensors, as upstream's trainer writes it. Load it with ``load_pretrained_model(out_dir, base_dir, ...)``.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    from transformers import LlamaConfig
+
+    from .language_model.llava_llama import LlavaConfig
+    from .multimodal_projector.builder import build_vision_projector
+
+    if file_format not in ("bin", "safetensors"):
+        raise ValueError(f"unknown file_format {file_format!r}; expected 'bin' or 'safetensors'")
+    base = LlamaConfig.from_pretrained(os.fspath(base_dir)).to_dict()
+    for key in ("model_type", "architectures", "transformers_version"):
+        base.pop(key, None)
+    keys = {**_multimodal_keys(tower_dir, projector_type, extra_config), "tune_mm_mlp_adapter": True}
+    config = LlavaConfig(**{**base, **keys})
+    config.architectures = ["LlavaLlamaForCausalLM"]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        projector = build_vision_projector(config)
+    weights = {f"model.mm_projector.{name}": tensor.detach().clone() for name, tensor in projector.state_dict().items()}
+    path = _prepare_dir(out_dir)
+    config.save_pretrained(path)
+    if file_format == "bin":
+        torch.save(weights, path / "mm_projector.bin")
+    else:
+        from safetensors.torch import save_file
+
+        save_file({key: value.contiguous() for key, value in weights.items()}, str(path / "mm_projector.safetensors"))
+    return path
+
+
+__all__ = [
+    "build_tiny_clip_tower",
+    "build_tiny_llava_checkpoint",
+    "build_tiny_llm",
+    "build_tiny_projector_checkpoint",
+    "train_tiny_tokenizer",
+]

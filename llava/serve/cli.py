@@ -1,0 +1,111 @@
+"""Chat about an image in the terminal: ``python -m llava.serve.cli --model-path PATH --image-file IMG``.
+
+Reads one user turn per line from stdin until end of input or an empty line, and streams each answer to
+stdout. Flags and defaults follow upstream (``--temperature 0.2 --max-new-tokens 512``); ``--device``
+defaults to CUDA when available, else CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+from transformers import TextStreamer
+
+from llava.constants import IMAGE_TOKEN_INDEX
+from llava.conversation import SeparatorStyle, conv_templates
+from llava.eval.run_llava import default_device, generation_kwargs, image_marker, resolve_conv_mode
+from llava.mm_utils import KeywordsStoppingCriteria, get_model_name_from_path, load_image, process_images, tokenizer_image_token
+from llava.utils import setup_logging
+
+logger = logging.getLogger(__name__)
+
+
+def _read_turn(prompt: str) -> str:
+    try:
+        return input(prompt)
+    except EOFError:
+        return ""
+
+
+def run_chat(args: argparse.Namespace) -> None:
+    """Load the model and chat until stdin ends or an empty line is entered."""
+    from llava.model.builder import load_pretrained_model
+
+    image = load_image(args.image_file)  # before the (slow) model load, so a bad file fails fast
+    model_name = get_model_name_from_path(args.model_path)
+    tokenizer, model, image_processor, _ = load_pretrained_model(
+        args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=args.device
+    )
+    conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode)].copy()
+    roles = ("user", "assistant") if "mpt" in model_name.lower() else conv.roles
+
+    image_sizes = [image.size]
+    pixels = process_images([image], image_processor, model.config)
+    if isinstance(pixels, list):
+        pixels = [tensor.to(model.device, dtype=model.dtype) for tensor in pixels]
+    else:
+        pixels = pixels.to(model.device, dtype=model.dtype)
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    first_turn = True
+    while True:
+        text = _read_turn(f"{roles[0]}: ")
+        if not text:
+            print("exit...")
+            break
+        print(f"{roles[1]}: ", end="", flush=True)
+        if first_turn:
+            # The image goes with the first user message only; later turns reuse it through the history.
+            text = image_marker(model.config) + "\n" + text
+            first_turn = False
+        conv.append_message(conv.roles[0], text)
+        conv.append_message(conv.roles[1], None)
+        prompt = conv.get_prompt()
+
+        input_ids = tokenizer_image_token(prompt, tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
+        stop_str = conv.sep if conv.sep_style != SeparatorStyle.TWO else conv.sep2
+        extra = {}
+        if stop_str:
+            extra["stopping_criteria"] = [KeywordsStoppingCriteria([stop_str], tokenizer, input_ids)]
+        streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        output_ids = model.generate(
+            input_ids.to(model.device),
+            images=pixels,
+            image_sizes=image_sizes,
+            streamer=streamer,
+            pad_token_id=pad_token_id,
+            **generation_kwargs(args.temperature, None, 1, args.max_new_tokens),
+            **extra,
+        )
+        outputs = tokenizer.decode(output_ids[0], skip_special_tokens=True).strip()
+        conv.messages[-1][-1] = outputs
+        if args.debug:
+            print("\n", {"prompt": prompt, "outputs": outputs}, "\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.serve.cli", description=__doc__.splitlines()[0])
+    parser.add_argument("--model-path", type=str, default="facebook/opt-350m")
+    parser.add_argument("--model-base", type=str, default=None)
+    parser.add_argument("--image-file", type=str, required=True, help="image path or URL")
+    parser.add_argument("--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    parser.add_argument("--conv-mode", type=str, default=None)
+    parser.add_argument("--temperature", type=float, default=0.2)
+    parser.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=512)
+    parser.add_argument("--load-8bit", "--load_8bit", dest="load_8bit", action="store_true")
+    parser.add_argument("--load-4bit", "--load_4bit", dest="load_4bit", action="store_true")
+    parser.add_argument("--debug", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse ``argv`` (default ``sys.argv[1:]``) and chat."""
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.DEBUG if args.debug else logging.WARNING)
+    run_chat(args)
+
+
+if __name__ == "__main__":
+    main()
