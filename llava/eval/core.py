@@ -1,0 +1,603 @@
+"""The one evaluation loop behind every ``model_vqa*`` loader.
+
+A loader module only declares its extra flags and how one question record becomes one or more
+:class:`EvalItem` (the user-turn text, the text stored as ``prompt``, the images). This module owns
+everything else:
+
+* question files (JSONL, JSON list, MMBench TSV; see :func:`llava.eval.files.load_questions`);
+* upstream's chunking: chunk ``k`` of ``n`` is the ``k``-th slice of size ``ceil(len / n)``;
+* resuming: questions already in the answers file are skipped, every answer is appended and flushed as it
+  is produced, and a half-written last line left by a killed run is dropped;
+* batched greedy or sampled generation (``--batch-size``) with left padding;
+* the answers JSONL with upstream's fields (``question_id, prompt, text, answer_id, model_id, metadata``
+  plus a loader's extras such as MMBench's ``round_id, options, option_char``);
+* device and dtype: ``--device`` (default ``cuda`` when available, else ``cpu``), float16 on CUDA and
+  float32 on CPU.
+
+Typical use, from a loader::
+
+    def build_items(record, args): ...
+    SPEC = LoaderSpec(name="model_vqa", description="...", build_items=build_items, max_new_tokens=1024)
+
+    def main(argv=None):
+        return run_loader(SPEC, argv)
+"""
+
+from __future__ import annotations
+
+import argparse
+import binascii
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import shortuuid
+import torch
+from PIL import Image, UnidentifiedImageError
+from tqdm import tqdm
+
+from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+from llava.conversation import conv_templates
+from llava.eval.files import load_questions
+from llava.mm_utils import (
+    get_model_name_from_path,
+    load_image,
+    load_image_from_base64,
+    process_images,
+    tokenizer_image_token,
+)
+from llava.utils import setup_logging
+
+logger = logging.getLogger(__name__)
+
+# ------------------------------------------------------------------------------------------------ items
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image a question needs: a file path, or base64-encoded file content (MMBench)."""
+
+    path: str | None = None
+    base64: str | None = None
+
+    def describe(self) -> str:
+        return repr(self.path) if self.path is not None else "the embedded base64 image"
+
+    def exists(self) -> bool:
+        """Whether a file image is present (embedded images are checked when decoded)."""
+        return self.path is None or os.path.isfile(self.path)
+
+    def load(self) -> Image.Image:
+        """Decode the image as RGB.
+
+        Raises:
+            ValueError: If the file is missing or the data is not a readable image.
+        """
+        if self.path is not None:
+            return load_image(self.path)
+        try:
+            with load_image_from_base64(self.base64 or "") as image:
+                return image.convert("RGB")
+        except (binascii.Error, UnidentifiedImageError, OSError, ValueError) as error:
+            raise ValueError(f"the embedded base64 image is not a readable image ({error})") from None
+
+
+AnswerKey = tuple[Any, Any]
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One generation request.
+
+    Attributes:
+        question_id: Written as ``question_id``.
+        question: The user turn without image markers; the core prepends one per image.
+        prompt: Written as ``prompt`` (each loader keeps upstream's choice of text).
+        images: Images for this question (none for text-only ScienceQA items).
+        extra: Extra answer fields, e.g. ``{"round_id": 0, "options": [...], "option_char": [...]}``.
+    """
+
+    question_id: Any
+    question: str
+    prompt: str
+    images: tuple[ImageRef, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> AnswerKey:
+        return answer_key(self.question_id, self.extra.get("round_id"))
+
+
+def answer_key(question_id: Any, round_id: Any = None) -> AnswerKey:
+    """What makes an answer unique: the question id, plus the round for MMBench's ``--all-rounds``."""
+    return (question_id, round_id)
+
+
+BuildItems = Callable[[dict[str, Any], argparse.Namespace], Sequence[EvalItem]]
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    """What a ``model_vqa*`` module contributes to :func:`run_loader`.
+
+    Attributes:
+        name: Module name, used for ``prog`` and logging.
+        description: ``--help`` text.
+        build_items: Turns one question record into its items; raises ValueError for a malformed record.
+        max_new_tokens: Default of ``--max_new_tokens`` (upstream: 128 for the loader, else 1024).
+        question_file_default: Default of ``--question-file`` (upstream's placeholder).
+        add_arguments: Adds the module's own flags.
+    """
+
+    name: str
+    description: str
+    build_items: BuildItems
+    max_new_tokens: int = 1024
+    question_file_default: str = "tables/question.jsonl"
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+# ------------------------------------------------------------------------------------------------ chunks
+
+
+def get_chunk(items: Sequence[Any], num_chunks: int, chunk_idx: int) -> list[Any]:
+    """Return chunk ``chunk_idx`` of ``num_chunks``: upstream's slices of size ``ceil(len / num_chunks)``.
+
+    With more chunks than the slicing produces (e.g. 5 items in 4 chunks gives 3 slices of 2), the
+    surplus chunks are empty, where upstream would fail.
+
+    Raises:
+        ValueError: If ``num_chunks < 1`` or ``chunk_idx`` is not in ``[0, num_chunks)``.
+    """
+    if num_chunks < 1:
+        raise ValueError(f"--num-chunks must be at least 1, got {num_chunks}")
+    if not 0 <= chunk_idx < num_chunks:
+        raise ValueError(f"--chunk-idx must be in [0, {num_chunks - 1}] for --num-chunks {num_chunks}, got {chunk_idx}")
+    size = math.ceil(len(items) / num_chunks)
+    return list(items[chunk_idx * size : (chunk_idx + 1) * size])
+
+
+# ------------------------------------------------------------------------------------------------ answers file
+
+
+class AnswersFile:
+    """An answers JSONL opened for resuming: reads what is there, then appends one flushed line per answer.
+
+    On opening an existing file, a last line that is incomplete or not valid JSON (a run killed mid-write)
+    is cut off; any other unreadable line is an error, since it cannot come from an interrupted run.
+
+    Args:
+        path: The answers file; its folder is created.
+        overwrite: Start from an empty file instead of resuming.
+        model_id: When given, resuming refuses a file holding answers of another model.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False, model_id: str | None = None) -> None:
+        self.path = Path(os.path.expanduser(os.fspath(path)))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.answered: set[AnswerKey] = set()
+        self.dropped_partial_line = False
+        if overwrite or not self.path.exists():
+            self.path.write_bytes(b"")
+        else:
+            self._scan(model_id)
+        self._handle = self.path.open("a", encoding="utf-8")
+
+    def _scan(self, model_id: str | None) -> None:
+        data = self.path.read_bytes()
+        # The piece after the final newline is b"" for a cleanly written file.
+        pieces = data.split(b"\n")
+        keep = 0  # length of the prefix of the file made of good lines
+        for number, raw in enumerate(pieces, start=1):
+            is_last = number == len(pieces) or (number == len(pieces) - 1 and not pieces[-1].strip())
+            if raw.strip():
+                record = _parse_answer(raw)
+                if record is None:
+                    if is_last:
+                        break
+                    raise ValueError(
+                        f"answers file {os.fspath(self.path)!r} line {number} is not an answer object; it was not "
+                        "left by an interrupted run: fix it, or pass --overwrite to start again"
+                    )
+                if model_id is not None and record.get("model_id", model_id) != model_id:
+                    raise ValueError(
+                        f"answers file {os.fspath(self.path)!r} holds answers of model {record.get('model_id')!r}, "
+                        f"not {model_id!r}; pass --overwrite or choose another --answers-file"
+                    )
+                self.answered.add(answer_key(record["question_id"], record.get("round_id")))
+            keep = min(keep + len(raw) + 1, len(data))
+        if keep < len(data):
+            logger.warning("answers file %s: dropping an incomplete last line left by an interrupted run", self.path)
+            self.dropped_partial_line = True
+            with self.path.open("r+b") as handle:
+                handle.truncate(keep)
+        elif keep and not data.endswith(b"\n"):
+            # A complete last answer whose newline was never written.
+            with self.path.open("ab") as handle:
+                handle.write(b"\n")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append one answer and flush it to the operating system."""
+        self._handle.write(json.dumps(record) + "\n")
+        self._handle.flush()
+        self.answered.add(answer_key(record["question_id"], record.get("round_id")))
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> "AnswersFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _parse_answer(raw: bytes) -> dict[str, Any] | None:
+    """The answer object on one line, or None if the line is not one."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "question_id" in record else None
+
+
+def answer_record(item: EvalItem, text: str, model_id: str) -> dict[str, Any]:
+    """Upstream's answer line; a loader's extras go after ``text`` (``round_id`` right after the id)."""
+    record: dict[str, Any] = {"question_id": item.question_id}
+    if "round_id" in item.extra:
+        record["round_id"] = item.extra["round_id"]
+    record["prompt"] = item.prompt
+    record["text"] = text
+    record.update((key, value) for key, value in item.extra.items() if key != "round_id")
+    record.update(answer_id=shortuuid.uuid(), model_id=model_id, metadata={})
+    return record
+
+
+# ------------------------------------------------------------------------------------------------ generation
+
+
+def resolve_device(device: str | None) -> str:
+    """``device`` as given, or ``"cuda"`` when available, else ``"cpu"``."""
+    if device:
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """float16 on CUDA (upstream's inference dtype), float32 elsewhere."""
+    return torch.float16 if torch.device(device).type == "cuda" else torch.float32
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Sampling options with upstream's meaning: ``temperature > 0`` samples, 0 is greedy."""
+
+    temperature: float = 0.2
+    top_p: float | None = None
+    num_beams: int = 1
+    max_new_tokens: int = 1024
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens, "use_cache": True}
+        if self.temperature > 0:
+            kwargs.update(do_sample=True, temperature=self.temperature)
+            if self.top_p is not None:
+                kwargs["top_p"] = self.top_p
+        else:
+            kwargs["do_sample"] = False
+        return kwargs
+
+
+class LlavaGenerator:
+    """Prompt building and batched generation for a loaded LLaVA model (shared by the loaders and the demo).
+
+    Args:
+        tokenizer, model, image_processor: As returned by ``load_pretrained_model``.
+        conv_mode: Key of ``conv_templates``.
+        device: Where inputs go.
+        dtype: Dtype of the image tensors.
+    """
+
+    def __init__(self, tokenizer: Any, model: Any, image_processor: Any, *, conv_mode: str, device: str, dtype: torch.dtype) -> None:
+        if conv_mode not in conv_templates:
+            raise ValueError(f"unknown --conv-mode {conv_mode!r}; expected one of {', '.join(sorted(conv_templates))}")
+        self.tokenizer, self.model, self.image_processor = tokenizer, model, image_processor
+        self.conv_mode, self.device, self.dtype = conv_mode, device, dtype
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else (tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0)
+
+    def build_prompt(self, question: str, num_images: int) -> str:
+        """The full prompt: one image marker per image (wrapped in start/end tokens if the model uses
+        them), a newline, the question, in the conversation template with an open assistant turn."""
+        marker = DEFAULT_IMAGE_TOKEN
+        if getattr(self.model.config, "mm_use_im_start_end", False):
+            marker = DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
+        text = "".join(marker + "\n" for _ in range(num_images)) + question
+        conv = conv_templates[self.conv_mode].copy()
+        conv.append_message(conv.roles[0], text)
+        conv.append_message(conv.roles[1], None)
+        return conv.get_prompt()
+
+    def _batch_inputs(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokenise and left-pad: ``[batch, max_len]`` ids and attention mask."""
+        sequences = [tokenizer_image_token(prompt, self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt") for prompt in prompts]
+        width = max(len(sequence) for sequence in sequences)
+        input_ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, sequence in enumerate(sequences):
+            input_ids[row, width - len(sequence) :] = sequence
+            attention_mask[row, width - len(sequence) :] = 1
+        return input_ids.to(self.device), attention_mask.to(self.device)
+
+    @torch.inference_mode()
+    def generate(self, questions: Sequence[str], images: Sequence[Sequence[Image.Image]], config: GenerationConfig) -> list[str]:
+        """Answer a batch; every question must come with the same number of images.
+
+        Args:
+            questions: User-turn texts without image markers.
+            images: Per question, its PIL images.
+            config: Sampling options.
+
+        Returns:
+            The decoded, stripped answers, in order.
+        """
+        counts = {len(per_question) for per_question in images}
+        if len(counts) > 1:
+            raise ValueError(f"a batch must have the same number of images per question, got counts {sorted(counts)}")
+        prompts = [self.build_prompt(question, len(per_question)) for question, per_question in zip(questions, images)]
+        input_ids, attention_mask = self._batch_inputs(prompts)
+        flat = [image for per_question in images for image in per_question]
+        image_kwargs: dict[str, Any] = {"images": None, "image_sizes": None}
+        if flat:
+            pixels = process_images(flat, self.image_processor, self.model.config)
+            if isinstance(pixels, list):
+                pixels = [tensor.to(self.device, dtype=self.dtype) for tensor in pixels]
+            else:
+                pixels = pixels.to(self.device, dtype=self.dtype)
+            image_kwargs = {"images": pixels, "image_sizes": [image.size for image in flat]}
+        output_ids = self.model.generate(
+            input_ids, attention_mask=attention_mask, pad_token_id=self.pad_token_id, **image_kwargs, **config.generate_kwargs()
+        )
+        return [text.strip() for text in self.tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
+
+
+def load_generator(model_path: str, model_base: str | None, conv_mode: str, device: str | None = None) -> tuple[LlavaGenerator, str]:
+    """Load a checkpoint with ``load_pretrained_model`` on ``device`` and wrap it.
+
+    Returns:
+        ``(generator, model name)``.
+    """
+    from llava.model.builder import load_pretrained_model
+    from llava.utils import disable_torch_init, enable_torch_init
+
+    device = resolve_device(device)
+    dtype = default_dtype(device)
+    model_path = os.path.expanduser(model_path)
+    model_name = get_model_name_from_path(model_path)
+    disable_torch_init()
+    try:
+        tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device)
+    finally:
+        enable_torch_init()
+    if model.dtype != dtype:
+        model.to(dtype=dtype)
+    model.eval()
+    return LlavaGenerator(tokenizer, model, image_processor, conv_mode=_conv_mode_for(model_name, conv_mode), device=device, dtype=dtype), model_name
+
+
+def _conv_mode_for(model_name: str, conv_mode: str) -> str:
+    # Upstream appends "_mmtag" for stage-1 ("plain") checkpoints, crashing when no such template exists.
+    if "plain" in model_name and "finetune" not in model_name.lower() and "mmtag" not in conv_mode:
+        tagged = conv_mode + "_mmtag"
+        if tagged in conv_templates:
+            logger.warning("%s looks like a plain (stage-1) model; using conv mode %s", model_name, tagged)
+            return tagged
+        logger.warning("%s looks like a plain (stage-1) model, but there is no %s template; keeping %s", model_name, tagged, conv_mode)
+    return conv_mode
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+
+@dataclass
+class RunResult:
+    """What a loader run did."""
+
+    answers_file: Path
+    total: int
+    already_answered: int
+    answered: int = 0
+    skipped: list[Any] = field(default_factory=list)
+
+
+def _batches(items: Sequence[EvalItem], batch_size: int) -> list[list[EvalItem]]:
+    """Consecutive groups of at most ``batch_size`` items with the same number of images."""
+    batches: list[list[EvalItem]] = []
+    for item in items:
+        if batches and len(batches[-1]) < batch_size and len(batches[-1][0].images) == len(item.images):
+            batches[-1].append(item)
+        else:
+            batches.append([item])
+    return batches
+
+
+def run_items(
+    items: Sequence[EvalItem],
+    answers_file: str | os.PathLike[str],
+    generator_factory: Callable[[], tuple[LlavaGenerator, str]],
+    config: GenerationConfig,
+    *,
+    model_id: str,
+    batch_size: int = 1,
+    skip_missing: bool = False,
+    overwrite: bool = False,
+) -> RunResult:
+    """Answer every item not yet in ``answers_file``.
+
+    Args:
+        items: This chunk's items, in question order.
+        answers_file: JSONL to resume and append to.
+        generator_factory: Loads the model; called only if something is left to answer.
+        config: Sampling options.
+        model_id: Written as ``model_id``; a resumed file must hold this model's answers.
+        batch_size: Questions per ``generate`` call.
+        skip_missing: Count and skip questions whose image is missing or unreadable instead of failing.
+        overwrite: Ignore and replace an existing answers file.
+
+    Raises:
+        ValueError: For a missing/unreadable image without ``skip_missing`` (naming the question id),
+            or a duplicated question id.
+    """
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    keys = [item.key for item in items]
+    if len(set(keys)) != len(keys):
+        duplicate = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"question id {duplicate[0]!r} appears more than once in this chunk")
+    with AnswersFile(answers_file, overwrite=overwrite, model_id=model_id) as answers:
+        pending = [item for item in items if item.key not in answers.answered]
+        result = RunResult(answers.path, total=len(items), already_answered=len(items) - len(pending))
+        if result.already_answered:
+            logger.info("resuming %s: %d of %d questions already answered", answers.path, result.already_answered, len(items))
+        pending = _drop_missing_files(pending, skip_missing, result)
+        if not pending:
+            logger.info("nothing to answer in %s", answers.path)
+            return result
+        generator, _ = generator_factory()
+        with tqdm(total=len(items), initial=result.already_answered, desc=answers.path.name, dynamic_ncols=True) as progress:
+            for batch in _batches(pending, batch_size):
+                ready, images = [], []
+                for item in batch:
+                    try:
+                        images.append([ref.load() for ref in item.images])
+                        ready.append(item)
+                    except ValueError as error:
+                        _missing(item, str(error), skip_missing, result)
+                        progress.update(1)
+                if not ready:
+                    continue
+                texts = generator.generate([item.question for item in ready], images, config)
+                for item, text in zip(ready, texts):
+                    answers.write(answer_record(item, text, model_id))
+                result.answered += len(ready)
+                progress.update(len(ready))
+    if result.skipped:
+        logger.warning(
+            "skipped %d of %d questions whose image is missing or unreadable: %s",
+            len(result.skipped), result.total, ", ".join(repr(question_id) for question_id in result.skipped[:20]),
+        )
+    return result
+
+
+def _missing(item: EvalItem, reason: str, skip_missing: bool, result: RunResult) -> None:
+    if not skip_missing:
+        raise ValueError(f"question {item.question_id!r}: {reason} (pass --skip-missing to skip such questions)")
+    result.skipped.append(item.question_id)
+
+
+def _drop_missing_files(items: list[EvalItem], skip_missing: bool, result: RunResult) -> list[EvalItem]:
+    """Check image files exist before the model is loaded, so a bad path fails in seconds."""
+    kept = []
+    for item in items:
+        absent = next((ref for ref in item.images if not ref.exists()), None)
+        if absent is None:
+            kept.append(item)
+        else:
+            _missing(item, f"image file {absent.describe()} does not exist", skip_missing, result)
+    return kept
+
+
+# ------------------------------------------------------------------------------------------------ command line
+
+
+def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
+    """Upstream's loader flags with upstream's defaults, plus ``--batch-size``, ``--skip-missing``,
+    ``--device`` and ``--overwrite``, then the loader's own flags."""
+    parser = argparse.ArgumentParser(prog=f"python -m llava.eval.{spec.name}", description=spec.description)
+    parser.add_argument("--model-path", type=str, default="facebook/opt-350m")
+    parser.add_argument("--model-base", type=str, default=None)
+    parser.add_argument("--image-folder", type=str, default="")
+    parser.add_argument("--question-file", type=str, default=spec.question_file_default)
+    parser.add_argument("--answers-file", type=str, default="answer.jsonl")
+    parser.add_argument("--conv-mode", type=str, default="llava_v1")
+    parser.add_argument("--num-chunks", type=int, default=1)
+    parser.add_argument("--chunk-idx", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=0.2)
+    parser.add_argument("--top_p", type=float, default=None)
+    parser.add_argument("--num_beams", type=int, default=1)
+    parser.add_argument("--max_new_tokens", type=int, default=spec.max_new_tokens)
+    parser.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=1,
+                        help="questions per generate call (left padding; greedy answers equal batch size 1)")
+    parser.add_argument("--skip-missing", "--skip_missing", dest="skip_missing", action="store_true",
+                        help="skip and count questions whose image is missing or unreadable instead of stopping")
+    parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
+    parser.add_argument("--overwrite", action="store_true", help="start a new answers file instead of resuming")
+    if spec.add_arguments is not None:
+        spec.add_arguments(parser)
+    return parser
+
+
+def build_items(spec: LoaderSpec, records: Sequence[dict[str, Any]], args: argparse.Namespace) -> list[EvalItem]:
+    """Items of all ``records``; a malformed record raises a ValueError naming its position."""
+    items: list[EvalItem] = []
+    for position, record in enumerate(records):
+        try:
+            items.extend(spec.build_items(record, args))
+        except (KeyError, TypeError, IndexError, AttributeError) as error:
+            raise ValueError(f"question {position} of this chunk is malformed ({type(error).__name__}: {error})") from None
+    return items
+
+
+def run_loader(
+    spec: LoaderSpec,
+    argv: Sequence[str] | None = None,
+    *,
+    generator_factory: Callable[[argparse.Namespace], tuple[LlavaGenerator, str]] | None = None,
+) -> RunResult:
+    """Parse ``argv``, load and chunk the questions, then answer them.
+
+    Args:
+        spec: The loader.
+        argv: Command-line arguments (``sys.argv[1:]`` when None).
+        generator_factory: Replaces model loading (tests reuse one loaded model); gets the parsed args.
+    """
+    args = build_parser(spec).parse_args(argv)
+    setup_logging()
+    records = get_chunk(load_questions(args.question_file), args.num_chunks, args.chunk_idx)
+    items = build_items(spec, records, args)
+    model_id = get_model_name_from_path(os.path.expanduser(args.model_path))
+    config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
+
+    def factory() -> tuple[LlavaGenerator, str]:
+        if generator_factory is not None:
+            return generator_factory(args)
+        return load_generator(args.model_path, args.model_base, args.conv_mode, args.device)
+
+    return run_items(
+        items, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,
+        skip_missing=args.skip_missing, overwrite=args.overwrite,
+    )
+
+
+__all__ = [
+    "AnswersFile",
+    "EvalItem",
+    "GenerationConfig",
+    "ImageRef",
+    "LlavaGenerator",
+    "LoaderSpec",
+    "RunResult",
+    "answer_key",
+    "answer_record",
+    "build_parser",
+    "default_dtype",
+    "get_chunk",
+    "load_generator",
+    "resolve_device",
+    "run_items",
+    "run_loader",
+]

@@ -1,0 +1,41 @@
+"""Answer a JSONL question file, one image per question (LLaVA-Bench, MM-Vet).
+
+Usage (upstream's flags)::
+
+    python -m llava.eval.model_vqa --model-path liuhaotian/llava-v1.5-13b \
+        --question-file ./playground/data/eval/mm-vet/llava-mm-vet.jsonl \
+        --image-folder ./playground/data/eval/mm-vet/images \
+        --answers-file ./playground/data/eval/mm-vet/answers/llava-v1.5-13b.jsonl \
+        --temperature 0 --conv-mode vicuna_v1 [--batch-size 8] [--skip-missing] [--device cpu]
+
+Question line: ``{"question_id", "image" (relative to --image-folder), "text", ...}``. The answer's
+``prompt`` is the question text as given. Generation, chunking, resuming and the answers file are
+:mod:`llava.eval.core`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Sequence
+
+from llava.eval.core import EvalItem, ImageRef, LoaderSpec, RunResult, run_loader
+from llava.eval.files import require_keys
+
+
+def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
+    """One item: the question text with its one image."""
+    require_keys(record, ("question_id", "image", "text"), f"question {record.get('question_id')!r}")
+    image = ImageRef(path=os.path.join(args.image_folder, record["image"]))
+    return [EvalItem(record["question_id"], record["text"], record["text"], (image,))]
+
+
+SPEC = LoaderSpec(name="model_vqa", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=1024)
+
+
+def main(argv: Sequence[str] | None = None) -> RunResult:
+    return run_loader(SPEC, argv)
+
+
+if __name__ == "__main__":
+    main()

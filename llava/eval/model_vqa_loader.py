@@ -1,0 +1,31 @@
+"""Answer a JSONL question file with short answers (VQAv2, GQA, VizWiz, TextVQA, POPE, MME, SEED).
+
+Usage (upstream's flags)::
+
+    python -m llava.eval.model_vqa_loader --model-path liuhaotian/llava-v1.5-13b \
+        --question-file ./playground/data/eval/pope/llava_pope_test.jsonl \
+        --image-folder ./playground/data/eval/pope/val2014 \
+        --answers-file ./playground/data/eval/pope/answers/llava-v1.5-13b.jsonl \
+        --temperature 0 --conv-mode vicuna_v1 [--num-chunks 8 --chunk-idx 0] [--batch-size 8]
+
+Same records and answers as :mod:`llava.eval.model_vqa`; only ``--max_new_tokens`` defaults to 128, as
+upstream. Upstream's version prefetches with a DataLoader and requires batch size 1; here batching is
+``--batch-size``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from llava.eval.core import LoaderSpec, RunResult, run_loader
+from llava.eval.model_vqa import build_items
+
+SPEC = LoaderSpec(name="model_vqa_loader", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=128)
+
+
+def main(argv: Sequence[str] | None = None) -> RunResult:
+    return run_loader(SPEC, argv)
+
+
+if __name__ == "__main__":
+    main()

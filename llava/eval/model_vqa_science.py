@@ -1,0 +1,62 @@
+"""Answer ScienceQA in LLaVA's training format (a JSON list), with or without an image.
+
+Usage (upstream's flags)::
+
+    python -m llava.eval.model_vqa_science --model-path liuhaotian/llava-v1.5-13b \
+        --question-file ./playground/data/eval/scienceqa/llava_test_CQM-A.json \
+        --image-folder ./playground/data/eval/scienceqa/images/test \
+        --answers-file ./playground/data/eval/scienceqa/answers/llava-v1.5-13b.jsonl \
+        --single-pred-prompt --temperature 0 --conv-mode vicuna_v1
+
+Entry: ``{"id", "image"? , "conversations": [{"from": "human", "value": "<image>\\nQuestion ..."}, ...]}``.
+The question is the first turn without ``<image>``; ``--single-pred-prompt`` appends the letter
+instruction. The answer's ``prompt`` is that question, prefixed with ``"<image>\\n"`` for image items (the
+ScienceQA scorer uses it to find image questions). Entries without an image are answered text-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Sequence
+
+from llava.eval.core import EvalItem, ImageRef, LoaderSpec, RunResult, run_loader
+from llava.eval.files import require_keys
+
+SINGLE_PRED_PROMPT = "Answer with the option's letter from the given choices directly."
+
+
+def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
+    """One item per entry: its first human turn, the image if the entry has one."""
+    require_keys(record, ("id", "conversations"), f"question {record.get('id')!r}")
+    if not record["conversations"] or "value" not in record["conversations"][0]:
+        raise ValueError(f"question {record['id']!r} has no first conversation turn with a 'value'")
+    question = record["conversations"][0]["value"].replace("<image>", "").strip()
+    prompt = question
+    images: tuple[ImageRef, ...] = ()
+    if "image" in record:
+        images = (ImageRef(path=os.path.join(args.image_folder, record["image"])),)
+        prompt = "<image>\n" + prompt
+    if args.single_pred_prompt:
+        question = question + "\n" + SINGLE_PRED_PROMPT
+        prompt = prompt + "\n" + SINGLE_PRED_PROMPT
+    return [EvalItem(record["id"], question, prompt, images)]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--single-pred-prompt", action="store_true")
+    parser.add_argument("--answer-prompter", action="store_true", help="accepted for compatibility; no effect (as upstream)")
+
+
+SPEC = LoaderSpec(
+    name="model_vqa_science", description=__doc__.split("\n\n")[0], build_items=build_items,
+    max_new_tokens=1024, question_file_default="tables/question.json", add_arguments=add_arguments,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> RunResult:
+    return run_loader(SPEC, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The paper's Table-1 row for one run: eight benchmark scores and the Vanilla-normalised accuracy.
+
+Usage::
+
+    python -m llava.eval.summarize RESULTS_DIR [--baseline BASELINE_DIR | --baseline paper-vanilla]
+        [--name braco_c3s7] [--output-json PATH] [--output-csv PATH]
+
+``RESULTS_DIR`` layout: one JSON file per benchmark, written by the scorers' ``--output-json`` (the
+``scripts/v1_5/eval/*.sh`` scripts write them to ``./playground/data/eval/results/$CKPT/``)::
+
+    RESULTS_DIR/
+      gqa.json          python -m llava.eval.eval_gqa ...         accuracy (%) on testdev-balanced
+      mmbench.json      python -m llava.eval.eval_mmbench ...     MMBench-EN accuracy (%)
+      mmbench_cn.json   python -m llava.eval.eval_mmbench --lang cn ...
+      mme.json          python -m llava.eval.eval_mme ...         perception + cognition
+      pope.json         python -m llava.eval.eval_pope ...        F1 x100, mean over the 3 splits
+      sqa.json          python -m llava.eval.eval_science_qa ...  IMG-Accuracy (%)
+      textvqa.json      python -m llava.eval.eval_textvqa ...     accuracy (%)
+      mmvet.json        written by hand from the MM-Vet grader's total: {"score": 32.8}
+
+Each file is an object with at least ``"score"`` (other fields are kept as details). Benchmarks without a
+file are shown as missing. Instead of a folder, ``RESULTS_DIR`` (and ``--baseline``) may be one JSON file
+mapping benchmark names to scores, e.g. ``{"gqa": 62.9, "MMB-EN": 65.5, "mme": {"score": 1785}}``;
+names are the keys above or the column names below, in any case. ``--baseline paper-vanilla`` uses the
+paper's Vanilla row (LLaVA-v1.5-7B, 576 tokens).
+
+Acc. is the paper's Vanilla-normalised accuracy (appendix, eq. app_normalized_accuracy):
+``100 / |B| * sum_b s_b / s_b^Vanilla`` over the benchmarks B that both runs have. The command prints the
+table and writes it as JSON and CSV (by default ``summary.json``/``summary.csv`` in RESULTS_DIR, or next to
+a results file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from llava.eval.files import read_json, write_json
+from llava.utils import setup_logging
+
+logger = logging.getLogger(__name__)
+
+# Benchmark key -> Table-1 column name, in the table's order.
+BENCHMARKS: dict[str, str] = {
+    "gqa": "GQA",
+    "mmbench": "MMB-EN",
+    "mmbench_cn": "MMB-CN",
+    "mme": "MME",
+    "pope": "POPE-F1",
+    "sqa": "SQA-IMG",
+    "textvqa": "TextVQA",
+    "mmvet": "MM-Vet",
+}
+
+# Other spellings accepted in score files.
+_ALIASES = {
+    "mmb": "mmbench", "mmb_en": "mmbench", "mmbench_en": "mmbench", "mmb-cn": "mmbench_cn", "mmb_cn": "mmbench_cn",
+    "mmbench-cn": "mmbench_cn", "pope_f1": "pope", "scienceqa": "sqa", "sqa_img": "sqa", "vqa-t": "textvqa",
+    "vqat": "textvqa", "mm-vet": "mmvet", "mme_all": "mme",
+}
+
+# Table 1 of the paper, Vanilla LLaVA-v1.5-7B with all 576 visual tokens.
+PAPER_VANILLA: dict[str, float] = {
+    "gqa": 62.9, "mmbench": 65.5, "mmbench_cn": 60.7, "mme": 1785.0,
+    "pope": 85.7, "sqa": 69.7, "textvqa": 58.0, "mmvet": 32.8,
+}
+PAPER_BASELINE_NAME = "paper-vanilla"
+
+
+def benchmark_key(name: str) -> str:
+    """Resolve a benchmark name (key, column name or alias, any case) to its key.
+
+    Raises:
+        ValueError: For an unknown name, listing the accepted keys.
+    """
+    lowered = name.strip().lower()
+    if lowered in BENCHMARKS:
+        return lowered
+    for key, column in BENCHMARKS.items():
+        if lowered == column.lower():
+            return key
+    if lowered in _ALIASES:
+        return _ALIASES[lowered]
+    raise ValueError(f"unknown benchmark {name!r}; expected one of {', '.join(BENCHMARKS)}")
+
+
+def _score_value(value: Any, where: str) -> float:
+    if isinstance(value, Mapping):
+        if "score" not in value:
+            raise ValueError(f"{where} has no 'score' field")
+        value = value["score"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
+    """Read benchmark scores from a results folder, a JSON mapping, or ``"paper-vanilla"``.
+
+    Raises:
+        FileNotFoundError: If the path does not exist.
+        ValueError: On an unknown benchmark name or a non-numeric score.
+    """
+    if os.fspath(source) == PAPER_BASELINE_NAME:
+        return dict(PAPER_VANILLA)
+    path = Path(source)
+    if path.is_dir():
+        scores = {}
+        for key in BENCHMARKS:
+            file = path / f"{key}.json"
+            if file.is_file():
+                scores[key] = _score_value(read_json(file, what="score file"), os.fspath(file))
+        return scores
+    if not path.is_file():
+        raise FileNotFoundError(f"results {os.fspath(path)!r} is neither a folder nor a JSON file")
+    mapping = read_json(path, what="scores file")
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"scores file {os.fspath(path)!r} must hold a JSON object of benchmark -> score")
+    return {benchmark_key(name): _score_value(value, f"{os.fspath(path)}[{name!r}]") for name, value in mapping.items()}
+
+
+@dataclass
+class Summary:
+    """One Table-1 row: scores, the baseline's, per-benchmark ratios (%) and Acc."""
+
+    name: str
+    scores: dict[str, float]
+    baseline_name: str | None = None
+    baseline: dict[str, float] = field(default_factory=dict)
+    relative: dict[str, float] = field(default_factory=dict)
+    acc: float | None = None
+    used: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "columns": BENCHMARKS,
+            "scores": self.scores,
+            "baseline_name": self.baseline_name,
+            "baseline": self.baseline,
+            "relative": self.relative,
+            "acc": self.acc,
+            "benchmarks_in_acc": self.used,
+            "missing": [key for key in BENCHMARKS if key not in self.scores],
+        }
+
+
+def normalized_accuracy(scores: Mapping[str, float], baseline: Mapping[str, float]) -> tuple[float, dict[str, float]]:
+    """The paper's Acc.: ``100 * mean_b(s_b / s_b^baseline)`` over benchmarks both have.
+
+    Returns:
+        ``(Acc., {benchmark: 100 * s_b / s_b^baseline})``.
+
+    Raises:
+        ValueError: If no benchmark is shared, or a baseline score is zero.
+    """
+    shared = [key for key in BENCHMARKS if key in scores and key in baseline]
+    if not shared:
+        raise ValueError("the run and the baseline have no benchmark in common")
+    relative = {}
+    for key in shared:
+        if baseline[key] == 0:
+            raise ValueError(f"baseline score for {key!r} is 0; cannot normalise by it")
+        relative[key] = 100.0 * scores[key] / baseline[key]
+    return sum(relative.values()) / len(relative), relative
+
+
+def summarize(results: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None, name: str | None = None) -> Summary:
+    """Build the row for ``results``, normalised by ``baseline`` when given."""
+    scores = load_scores(results)
+    if not scores:
+        raise ValueError(f"no benchmark scores found in {os.fspath(results)!r} (expected files like gqa.json)")
+    summary = Summary(name=name or Path(results).stem or os.fspath(results), scores=scores)
+    if baseline is not None:
+        summary.baseline_name = os.fspath(baseline)
+        summary.baseline = load_scores(baseline)
+        summary.acc, summary.relative = normalized_accuracy(scores, summary.baseline)
+        summary.used = list(summary.relative)
+        left_out = [key for key in BENCHMARKS if key not in summary.used]
+        if left_out:
+            logger.warning("Acc. is over %d benchmarks; missing: %s", len(summary.used), ", ".join(left_out))
+    return summary
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def format_table(summary: Summary) -> str:
+    """A Markdown table: the run's scores (and the baseline's, and the ratios) with Acc."""
+    header = ["Method", *BENCHMARKS.values(), "Acc."]
+    rows = [[summary.name, *(_cell(summary.scores.get(key)) for key in BENCHMARKS), _cell(summary.acc)]]
+    if summary.baseline_name is not None:
+        rows.append([f"{summary.baseline_name} (baseline)", *(_cell(summary.baseline.get(key)) for key in BENCHMARKS), "100.0"])
+        rows.append([f"{summary.name} / baseline (%)", *(_cell(summary.relative.get(key)) for key in BENCHMARKS), _cell(summary.acc)])
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    return "\n".join(lines)
+
+
+def write_csv(summary: Summary, path: str | os.PathLike[str]) -> None:
+    """Write the rows of :func:`format_table` as CSV (unrounded numbers, empty cells for missing)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["row", *BENCHMARKS, "acc"])
+        writer.writerow([summary.name, *(summary.scores.get(key, "") for key in BENCHMARKS), summary.acc if summary.acc is not None else ""])
+        if summary.baseline_name is not None:
+            writer.writerow(["baseline", *(summary.baseline.get(key, "") for key in BENCHMARKS), 100.0])
+            writer.writerow(["relative_percent", *(summary.relative.get(key, "") for key in BENCHMARKS), summary.acc])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", help="results folder (one <benchmark>.json per benchmark) or a scores JSON")
+    parser.add_argument("--baseline", default=None, help=f"baseline folder or JSON, or {PAPER_BASELINE_NAME!r}")
+    parser.add_argument("--name", default=None, help="row label (default: the folder name)")
+    parser.add_argument("--output-json", "--output_json", dest="output_json", default=None)
+    parser.add_argument("--output-csv", "--output_csv", dest="output_csv", default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> Summary:
+    args = build_parser().parse_args(argv)
+    setup_logging()
+    summary = summarize(args.results, args.baseline, args.name)
+    results = Path(args.results)
+    stem = results / "summary" if results.is_dir() else results.with_name(f"{results.stem}_summary")
+    json_path = Path(args.output_json) if args.output_json else stem.with_suffix(".json")
+    csv_path = Path(args.output_csv) if args.output_csv else stem.with_suffix(".csv")
+    print(format_table(summary))
+    write_json(json_path, summary.as_dict())
+    write_csv(summary, csv_path)
+    logger.info("wrote %s and %s", json_path, csv_path)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""LLaVA-Bench: summarise GPT-4 review files into relative scores per category.
+
+Usage (as upstream)::
+
+    python -m llava.eval.summarize_gpt_review -f reviews/llava-v1.5-13b.jsonl
+    python -m llava.eval.summarize_gpt_review -d reviews/    # every gpt4_text*/review_*/reviews_*.jsonl
+
+Each review line has ``tuple = [reference score, model score]`` and usually a ``category``. Per category
+(and ``all``) the two scores are averaged (each mean rounded to 3 decimals, as upstream), and the line
+printed is ``<category> <100 * model / reference> <10 * reference> <10 * model>`` rounded to 1 decimal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from llava.utils import setup_logging
+
+_PREFIXES = ("gpt4_text", "reviews_", "review_")
+
+
+def summarize_reviews(path: str | os.PathLike[str], ignore: Sequence[int] = ()) -> dict[str, tuple[float, float, float]]:
+    """Return ``{category: (relative score, reference x10, model x10)}`` for one review file, sorted by name.
+
+    Raises:
+        ValueError: On a line that has neither ``tuple`` nor ``score``.
+    """
+    scores: dict[str, list[list[float]]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            review = json.loads(line)
+            if review.get("question_id") in ignore:
+                continue
+            pair = review.get("tuple", review.get("score"))
+            if not isinstance(pair, (list, tuple)) or len(pair) < 2:
+                raise ValueError(f"review file {os.fspath(path)!r} line {number} has no [reference, model] score pair")
+            values = [float(value) for value in pair]
+            scores.setdefault("all", []).append(values)
+            if "category" in review:
+                scores.setdefault(review["category"], []).append(values)
+    summary = {}
+    for category in sorted(scores):
+        pairs = scores[category]
+        reference = round(sum(pair[0] for pair in pairs) / len(pairs), 3)
+        model = round(sum(pair[1] for pair in pairs) / len(pairs), 3)
+        relative = round(model / reference * 100, 1) if reference else float("nan")
+        summary[category] = (relative, round(reference * 10, 1), round(model * 10, 1))
+    return summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-d", "--dir", default=None)
+    parser.add_argument("-f", "--files", nargs="*", default=None)
+    parser.add_argument("-i", "--ignore", nargs="*", default=None, help="question ids to leave out")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    setup_logging()
+    ignore = [int(value) for value in args.ignore] if args.ignore else []
+    if args.files:
+        files = [Path(name) if args.dir is None else Path(args.dir) / name for name in args.files]
+    elif args.dir is not None:
+        files = [
+            Path(args.dir) / name for name in os.listdir(args.dir)
+            if name.endswith(".jsonl") and name.startswith(_PREFIXES)
+        ]
+    else:
+        raise SystemExit("give review files with -f or a folder with -d")
+    results = {}
+    for path in sorted(files):
+        config = path.name.replace("gpt4_text_", "").replace(".jsonl", "")
+        print(config)
+        results[config] = summarize_reviews(path, ignore)
+        for category, (relative, reference, model) in results[config].items():
+            print(category, relative, reference, model)
+        print("=" * 33)
+    return results
+
+
+if __name__ == "__main__":
+    main()

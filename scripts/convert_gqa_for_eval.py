@@ -1,0 +1,6 @@
+"""GQA converter with upstream's flags; the work is done by ``llava.eval.convert.gqa_main``."""
+
+from llava.eval.convert import gqa_main
+
+if __name__ == "__main__":
+    gqa_main()

@@ -1,0 +1,6 @@
+"""VQAv2 converter with upstream's flags; the work is done by ``llava.eval.convert.vqav2_main``."""
+
+from llava.eval.convert import vqav2_main
+
+if __name__ == "__main__":
+    vqav2_main()
