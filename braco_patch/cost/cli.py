@@ -1,0 +1,210 @@
+"""``braco cost``: analytic (and optionally measured) cost of a LLaVA-style prefill with Braco.
+
+    braco cost [--preset llava-v1.5-7b | --config PATH [--vision-config PATH]] [--input-tokens N]
+               [--budgets 4 9 16 25 | --projector braco_c3s7 ...] [--prompt-tokens 52]
+               [--count-attention | --no-count-attention] [--lm-head all|last] [--vision-layers all|selected|N]
+               [--json FILE]
+               [--measure [--device cpu|cuda] [--dtype D] [--warmup 20] [--iters 100] [--batch-sizes 1 2 4 ...]
+                [--layers N] [--fast none|compile|cudagraph] [--parts boundary pipeline]]
+
+Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1), (b) the compressor per
+paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--measure``,
+(d) measured compressor latency/memory/FLOPs and (e) measured full-pipeline prefill. The defaults are the
+accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`). Also ``python -m braco_patch.cost``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import BracoConfig
+from .fast import FAST_MODES
+from .flops import CONVENTION, check_allocation
+from .pipeline import Accounting
+from .presets import PipelineSpec, get_preset, list_presets, load_spec
+from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table, unit_for
+
+__all__ = ["main", "run", "build_parser"]
+
+logger = logging.getLogger(__name__)
+
+
+def _vision_layers(value: str) -> str | int:
+    if value in ("all", "selected"):
+        return value
+    try:
+        layers = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'all', 'selected' or a layer count, got {value!r}") from None
+    if layers < 1:
+        raise argparse.ArgumentTypeError(f"vision layer count must be >= 1, got {layers}")
+    return layers
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {number}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="braco cost", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_argument_group("pipeline")
+    src.add_argument("--preset", default=None, help=f"one of {list_presets()} (default llava-v1.5-7b)")
+    src.add_argument("--config", default=None, help="local config.json (LLaVA-style, transformers LlavaConfig, or an LM config)")
+    src.add_argument("--vision-config", "--vision_config", default=None, help="vision tower config.json or folder (CLIP/SigLIP)")
+    src.add_argument("--input-tokens", "--input_tokens", default=None, help="only this input setting (e.g. 729, 1024, 3645)")
+    src.add_argument("--budgets", type=_positive, nargs="+", default=[4, 9, 16, 25], help="total budgets K per view")
+    src.add_argument("--projector", nargs="+", default=None, help="Braco allocations instead of --budgets, e.g. braco_c3s7 c4s9_idct")
+    acc = p.add_argument_group("accounting (defaults reproduce the paper)")
+    acc.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=Accounting.prompt_tokens,
+                     help="text tokens in the prompt besides the visual tokens (default %(default)s)")
+    acc.add_argument("--count-attention", "--count_attention", action=argparse.BooleanOptionalAction, default=False,
+                     help="count attention-score FLOPs (QK^T, AV) in the tower and the LLM (default: no)")
+    acc.add_argument("--lm-head", "--lm_head", choices=["all", "last"], default="all", help="logits for all positions or the last")
+    acc.add_argument("--vision-layers", "--vision_layers", type=_vision_layers, default="all",
+                     help="tower layers counted: all (HF runs every layer), selected (up to the feature layer), or N")
+    p.add_argument("--json", default=None, help="also write every table (and measurements) to this file")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--measure", action="store_true", help="also measure latency, peak memory and profiler FLOPs")
+    m.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available, else cpu")
+    m.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None, help="default: float16 on cuda, float32 on cpu")
+    m.add_argument("--warmup", type=int, default=20)
+    m.add_argument("--iters", type=_positive, default=100)
+    m.add_argument("--batch-sizes", "--batch_sizes", type=_positive, nargs="+", default=[1])
+    m.add_argument("--layers", type=_positive, default=None, help="cap the LLM at N layers (a CPU-sized run); reported")
+    m.add_argument("--fast", choices=FAST_MODES, default="none", help="fast path for the coder and the pipeline")
+    m.add_argument("--compile-mode", "--compile_mode", default=None, help="override the torch.compile mode of --fast compile")
+    m.add_argument("--parts", nargs="+", choices=["boundary", "pipeline"], default=["boundary", "pipeline"])
+    return p
+
+
+def _spec(args: argparse.Namespace) -> PipelineSpec:
+    if args.config is not None and args.preset is not None:
+        raise ValueError("pass either --preset or --config, not both")
+    if args.config is not None:
+        return load_spec(args.config, args.vision_config)
+    if args.vision_config is not None:
+        raise ValueError("--vision-config needs --config (an LLM config.json)")
+    return get_preset(args.preset or "llava-v1.5-7b")
+
+
+def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[BracoConfig]:
+    if args.projector:
+        allocations = [BracoConfig.from_name(name) for name in args.projector]
+    else:
+        allocations = [BracoConfig.from_budget(k) for k in args.budgets]
+    for inp in inputs:
+        for alloc in allocations:
+            what = f"projector {alloc.name}" if args.projector else f"budget {alloc.output_tokens} ({alloc.name})"
+            check_allocation(alloc, spec.grid(inp), what)
+    return allocations
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Build every table (and measurement) for parsed ``args``; prints them; returns the JSON-able result."""
+    if args.measure:  # refuse what this machine cannot run before printing anything
+        from .measure import resolve_device
+
+        if resolve_device(args.device).type != "cuda" and args.fast == "cudagraph":
+            raise ValueError("--fast cudagraph needs --device cuda; use --fast compile or none on cpu")
+    spec = _spec(args)
+    inputs = spec.input(args.input_tokens)
+    allocations = _allocations(args, spec, inputs)
+    cap = args.vision_layers if isinstance(args.vision_layers, int) else None
+    acc = Accounting(prompt_tokens=args.prompt_tokens, count_attention=args.count_attention, lm_head=args.lm_head,
+                     vision_layers="all" if cap else args.vision_layers)
+    result: dict[str, Any] = {
+        "pipeline_name": spec.name, "description": spec.description, "accounting": acc.to_dict(),
+        "vision_layer_cap": cap, "convention": CONVENTION,
+        "pipeline": pipeline_table(spec, inputs, allocations, acc, vision_layers=cap),
+        "stages": stage_table(spec, inputs, allocations),
+        "boundary": boundary_table(spec, inputs, allocations),
+    }
+    print(f"FLOPs convention: {CONVENTION} (braco_patch/cost/flops.py)")
+    print(format_pipeline(result["pipeline"], spec, inputs, acc), end="\n\n")
+    print(format_stages(result["stages"]), end="\n\n")
+    print(format_boundary(result["boundary"], spec))
+    if args.measure:
+        result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
+    return result
+
+
+def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]:
+    from . import measure
+
+    device = measure.resolve_device(args.device)
+    opts = measure.MeasureOptions(
+        device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0), iters=args.iters,
+        batch_sizes=tuple(args.batch_sizes), llm_layers=args.layers, vision_layers=vision_cap, fast=args.fast,
+        compile_mode=args.compile_mode,
+    )
+    llm_layers = min(args.layers or spec.llm.num_hidden_layers, spec.llm.num_hidden_layers)
+    vision_layers = min(vision_cap or spec.vision.num_hidden_layers, spec.vision.num_hidden_layers)
+    header = {
+        "device": measure.describe_device(device), "dtype": str(opts.dtype).removeprefix("torch."), "warmup": opts.warmup,
+        "iters": opts.iters, "batch_sizes": list(opts.batch_sizes), "fast": opts.fast, "torch": torch.__version__,
+        "llm_layers": f"{llm_layers} of {spec.llm.num_hidden_layers}", "vision_layers": f"{vision_layers} of {spec.vision.num_hidden_layers}",
+        "note": measure.VALUES_NOTE,
+    }
+    print(f"\nmeasured on {header['device']}, {header['dtype']}, {opts.warmup} warm-up + {opts.iters} timed calls "
+          f"(median, std), fast path: {opts.fast}, torch {torch.__version__}")
+    print(f"    {measure.VALUES_NOTE}; LLM layers {header['llm_layers']}, vision layers {header['vision_layers']}")
+    out: dict[str, Any] = {"header": header}
+    if "boundary" in args.parts:
+        out["boundary"] = measure.measure_boundary(spec, inputs, allocations, opts)
+        print(_format_measured(out["boundary"], "(d) compressor boundary (one view)"))
+    if "pipeline" in args.parts:
+        out["pipeline"] = measure.measure_pipeline(spec, inputs, allocations, acc, opts)
+        print(_format_measured(out["pipeline"], "(e) full-pipeline prefill (analytic: same capped layers, attention "
+                                                "scores not counted, as the profiler does not count SDPA)"))
+    return out
+
+
+def _format_measured(rows: list[dict[str, Any]], title: str) -> str:
+    scale, unit = unit_for(r["analytic"] for r in rows)
+    lines = [title, f"{'batch':>5} {'variant':<34} {'bound.':>6} {'median ms':>10} {'std ms':>8} {'peak MiB':>9} "
+                    f"{'prof. mm ' + unit:>10} {'anal. mm ' + unit:>10} {'prof. all ' + unit:>11} {'analytic ' + unit:>11}"]
+    for r in rows:
+        head = f"{r['batch']:>5} {r['variant']:<34} {r.get('boundary', '-'):>6}"
+        if r.get("status") != "ok":
+            lines.append(f"{head} {r.get('status', '?'):>10}")
+            continue
+        lines.append(
+            f"{head} {r['median_ms']:>10.3f} {r['std_ms']:>8.3f} {r['peak_bytes'] / 2**20:>9.3f} "
+            f"{r['profiler_matmul'] / scale:>10.4f} {r['analytic_matmul'] / scale:>10.4f} {r['profiler_total'] / scale:>11.4f} "
+            f"{r['analytic'] / scale:>11.4f}"
+            + (f"  |fast-eager| {r['max_abs_diff']:.2g}" if "max_abs_diff" in r else "")
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        result = run(args)
+    except ValueError as exc:
+        raise SystemExit(f"braco cost: {exc}") from None
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2, default=str))
+        print(f"\nwrote {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Pipelines to cost: built-in presets (the paper's settings) and local ``config.json`` files.
+
+A :class:`PipelineSpec` holds transformers configs (vision tower and LLM) and the LLaVA wiring (feature
+layer, projector depth, views per image). Nothing here downloads anything: presets carry the published
+dimensions, and local configs are read from disk. Known hub names in ``mm_vision_tower`` map to the
+built-in tower configs, so an upstream LLaVA ``config.json`` works as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from transformers import CLIPVisionConfig, LlamaConfig, Qwen2Config, SiglipVisionConfig
+
+from .flops import LMDims, VisionDims
+
+__all__ = ["InputSpec", "PipelineSpec", "PRESETS", "list_presets", "get_preset", "load_spec", "load_vision_config"]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One visual-input setting: ``views`` crops of ``image_size`` px each (LLaVA-NeXT AnyRes: 5)."""
+
+    label: str
+    image_size: int
+    views: int = 1
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A LLaVA-style pipeline: vision tower → (compressor) → ``mlp{depth}x_gelu`` → LLM.
+
+    ``paper`` maps an input label to the paper's full-pipeline prefill TFLOPs: ``{"vanilla": 8.67, 16: 1.25}``
+    (budget keys are per view).
+    """
+
+    name: str
+    vision: Any
+    llm: Any
+    inputs: tuple[InputSpec, ...]
+    select_layer: int = -2
+    projector_depth: int = 2
+    description: str = ""
+    paper: dict[str, dict[Any, float]] = field(default_factory=dict)
+
+    @property
+    def vision_dims(self) -> VisionDims:
+        return VisionDims.from_config(self.vision)
+
+    @property
+    def lm_dims(self) -> LMDims:
+        return LMDims.from_config(self.llm)
+
+    @property
+    def mm_hidden(self) -> int:
+        return self.vision.hidden_size
+
+    def grid(self, inp: InputSpec) -> tuple[int, int]:
+        n = self.vision_dims.grid(inp.image_size)
+        return n, n
+
+    def feature_tokens(self, inp: InputSpec) -> int:
+        """Vision tokens handed to the projector (CLS dropped), all views."""
+        h, w = self.grid(inp)
+        return h * w * inp.views
+
+    def input(self, label: str | None) -> tuple[InputSpec, ...]:
+        """All inputs, or the one whose label (token count) is ``label``."""
+        if label is None:
+            return self.inputs
+        chosen = tuple(i for i in self.inputs if i.label == str(label))
+        if not chosen:
+            raise ValueError(f"preset {self.name!r} has no {label}-token input; expected one of {[i.label for i in self.inputs]}")
+        return chosen
+
+
+# -- built-in towers and LLMs (published dimensions) -------------------------------------------------
+def clip_vit_l14_336() -> CLIPVisionConfig:
+    """openai/clip-vit-large-patch14-336: 24 layers, d 1024, MLP 4096, 16 heads, 336 px / 14 → 577 tokens."""
+    return CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                            image_size=336, patch_size=14, projection_dim=768, hidden_act="quick_gelu")
+
+
+def siglip_so400m_384() -> SiglipVisionConfig:
+    """google/siglip-so400m-patch14-384: 27 layers, d 1152, MLP 4304, 16 heads, 384 px / 14 → 729 tokens.
+
+    ``vision_use_head=False``: LLaVA-style towers read hidden states and drop the pooling head.
+    """
+    return SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+                              image_size=384, patch_size=14, hidden_act="gelu_pytorch_tanh", vision_use_head=False)
+
+
+def vicuna_7b() -> LlamaConfig:
+    """lmsys/vicuna-7b-v1.5 (Llama-2-7B dims): 32 layers, 4096, MLP 11008, 32 heads (no GQA), vocab 32000."""
+    return LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                       num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5)
+
+
+def qwen25_3b() -> Qwen2Config:
+    """Qwen/Qwen2.5-3B: 36 layers, 2048, MLP 11008, 16 query / 2 KV heads, vocab 151936, tied embeddings."""
+    return Qwen2Config(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                       num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6,
+                       tie_word_embeddings=True)
+
+
+#: ``mm_vision_tower`` hub names whose published configs are built in.
+KNOWN_TOWERS: dict[str, Callable[[], Any]] = {
+    "openai/clip-vit-large-patch14-336": clip_vit_l14_336,
+    "google/siglip-so400m-patch14-384": siglip_so400m_384,
+}
+
+PRESETS: dict[str, Callable[[], PipelineSpec]] = {}
+
+
+def register_preset(name: str):
+    def wrap(factory: Callable[[], PipelineSpec]) -> Callable[[], PipelineSpec]:
+        PRESETS[name] = factory
+        return factory
+
+    return wrap
+
+
+@register_preset("llava-v1.5-7b")
+def _llava_v15_7b() -> PipelineSpec:
+    return PipelineSpec(
+        name="llava-v1.5-7b", vision=clip_vit_l14_336(), llm=vicuna_7b(), inputs=(InputSpec("576", 336),),
+        description="LLaVA-1.5-7B: CLIP-L/14-336 (layer -2, patch tokens) + mlp2x_gelu + Vicuna-7B (paper Table 1)",
+        paper={"576": {"vanilla": 8.67, 25: 1.37, 16: 1.25, 9: 1.15, 4: 1.09}},
+    )
+
+
+@register_preset("llava-next-7b-2880")
+def _llava_next_7b() -> PipelineSpec:
+    return PipelineSpec(
+        name="llava-next-7b-2880", vision=clip_vit_l14_336(), llm=vicuna_7b(), inputs=(InputSpec("2880", 336, views=5),),
+        description="LLaVA-NeXT-style AnyRes, 5 views x 576 = 2880 tokens (flat, no newline tokens); Braco per view",
+        paper={"2880": {"vanilla": 40.57, 16: 3.45}},
+    )
+
+
+@register_preset("qwen2.5-3b-siglip")
+def _qwen25_3b_siglip() -> PipelineSpec:
+    return PipelineSpec(
+        name="qwen2.5-3b-siglip", vision=siglip_so400m_384(), llm=qwen25_3b(),
+        inputs=(InputSpec("729", 384), InputSpec("1024", 448), InputSpec("3645", 384, views=5)),
+        description="SigLIP so400m/14 (729 tokens at 384 px, 1024 at 448 px, 5 views x 729) + mlp2x_gelu + Qwen2.5-3B",
+        paper={"729": {"vanilla": 5.37, 16: 0.96}, "1024": {"vanilla": 7.40, 16: 1.10}, "3645": {"vanilla": 25.91, 4: 3.50}},
+    )
+
+
+def list_presets() -> list[str]:
+    return sorted(PRESETS)
+
+
+def get_preset(name: str) -> PipelineSpec:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; expected one of {list_presets()}")
+    return PRESETS[name]()
+
+
+# -- local config files ------------------------------------------------------------------------------
+_LLAMA_TYPES = ("llama", "llava", "llava_llama", "vicuna")
+_QWEN2_TYPES = ("qwen2", "llava_qwen", "llava_qwen2")
+_LM_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+_LM_OPTIONAL = ("num_key_value_heads", "head_dim", "tie_word_embeddings", "rms_norm_eps", "max_position_embeddings",
+                "hidden_act", "rope_theta", "rope_parameters")
+_VISION_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size", "patch_size")
+
+
+def _read_json(path: str | Path, what: str) -> tuple[dict, Path]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{what} {str(path)!r} does not exist")
+    try:
+        return json.loads(path.read_text()), path
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} {str(path)!r} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _lm_config(values: dict, source: str) -> Any:
+    model_type = values.get("model_type", "llama")
+    if model_type in _LLAMA_TYPES:
+        cls = LlamaConfig
+    elif model_type in _QWEN2_TYPES:
+        cls = Qwen2Config
+    else:
+        raise ValueError(f"{source}: unsupported LLM model_type {model_type!r}; expected one of {list(_LLAMA_TYPES + _QWEN2_TYPES)}")
+    missing = [k for k in _LM_KEYS if k not in values]
+    if missing:
+        raise ValueError(f"{source}: LLM config lacks {missing}; these are needed to count its FLOPs")
+    return cls(**{k: values[k] for k in _LM_KEYS + _LM_OPTIONAL if values.get(k) is not None})
+
+
+def _vision_from_dict(values: dict, source: str) -> Any:
+    model_type = values.get("model_type", "")
+    if model_type in ("clip", "siglip") and "vision_config" in values:
+        values, model_type = values["vision_config"], f"{model_type}_vision_model"
+    cls = {"clip_vision_model": CLIPVisionConfig, "siglip_vision_model": SiglipVisionConfig}.get(model_type)
+    if cls is None:
+        raise ValueError(f"{source}: unsupported vision model_type {model_type!r}; expected a CLIP or SigLIP vision config")
+    missing = [k for k in _VISION_KEYS if k not in values]
+    if missing:
+        raise ValueError(f"{source}: vision config lacks {missing}; these are needed to count its FLOPs")
+    extra = {"vision_use_head": False} if cls is SiglipVisionConfig else {}
+    keep = _VISION_KEYS + ("num_channels", "hidden_act", "layer_norm_eps")
+    return cls(**{k: values[k] for k in keep if k in values}, **extra)
+
+
+def load_vision_config(path: str | Path) -> Any:
+    """A CLIP/SigLIP vision config from a ``config.json`` (or its folder): full model or vision-only."""
+    values, resolved = _read_json(path, "vision config")
+    return _vision_from_dict(values, str(resolved))
+
+
+def _projector_depth(projector_type: str | None) -> int:
+    if projector_type in (None, "") or projector_type.startswith("braco") or projector_type.startswith("fourier_mlp2x"):
+        return 2
+    if projector_type == "linear":
+        return 1
+    match = re.fullmatch(r"mlp(\d+)x_gelu", projector_type)
+    if match is None:
+        raise ValueError(f"unsupported mm_projector_type {projector_type!r}; expected linear, mlp<N>x_gelu or braco_*")
+    return int(match.group(1))
+
+
+def load_spec(path: str | Path, vision_config: str | Path | None = None) -> PipelineSpec:
+    """A :class:`PipelineSpec` from a local ``config.json``.
+
+    Accepted: an upstream LLaVA config (LLM fields + ``mm_vision_tower`` naming a local folder or a known hub
+    tower), a transformers ``LlavaConfig`` (``text_config`` + ``vision_config``), or a plain Llama/Qwen2
+    config with ``vision_config`` (a path) given. One view per image (the presets cover AnyRes inputs).
+    """
+    values, resolved = _read_json(path, "config file")
+    source = str(resolved)
+    text = values.get("text_config") or values
+    llm = _lm_config(text, source)
+    select_layer = values.get("mm_vision_select_layer", values.get("vision_feature_layer", -2))
+    if isinstance(select_layer, bool) or not isinstance(select_layer, int):
+        raise ValueError(f"{source}: the vision feature layer must be one integer, got {select_layer!r}")
+    if vision_config is not None:
+        vision = load_vision_config(vision_config)
+    elif isinstance(values.get("vision_config"), dict):
+        vision = _vision_from_dict(values["vision_config"], source)
+    elif values.get("mm_vision_tower"):
+        tower = values["mm_vision_tower"]
+        local = Path(tower) if Path(tower).is_absolute() else resolved.parent / tower
+        if local.is_dir() or Path(tower).is_dir():
+            vision = load_vision_config(local if local.is_dir() else tower)
+        elif tower in KNOWN_TOWERS:
+            vision = KNOWN_TOWERS[tower]()
+        else:
+            raise ValueError(
+                f"{source}: mm_vision_tower {tower!r} is neither a local folder nor a known tower "
+                f"({sorted(KNOWN_TOWERS)}); pass --vision-config PATH"
+            )
+    else:
+        raise ValueError(f"{source} names no vision tower (no mm_vision_tower or vision_config); pass --vision-config PATH")
+    if values.get("mm_hidden_size") not in (None, vision.hidden_size):
+        raise ValueError(f"{source}: mm_hidden_size {values['mm_hidden_size']} does not match the vision tower width {vision.hidden_size}")
+    grid = vision.image_size // vision.patch_size
+    return PipelineSpec(
+        name=resolved.parent.name or source, vision=vision, llm=llm, inputs=(InputSpec(str(grid * grid), vision.image_size),),
+        select_layer=select_layer, projector_depth=_projector_depth(values.get("mm_projector_type")),
+        description=f"local config {source}",
+    )

@@ -1,0 +1,127 @@
+"""``braco cost`` through ``main(argv)``: tables, JSON, ``--measure --device cpu`` on a tiny config, config formats
+and one-sentence errors."""
+
+import json
+
+import pytest
+import torch
+
+from braco_patch import cli as braco_cli
+from braco_patch.cost.cli import main
+from braco_patch.cost.presets import load_spec
+
+from .conftest import TINY_LLM, TINY_TOWER
+
+
+def test_default_prints_the_three_tables_and_json(tmp_path, capsys):
+    out = tmp_path / "cost.json"
+    result = main(["--json", str(out)])
+    text = capsys.readouterr().out
+    assert "(a) full-pipeline" in text and "(b) compressor per paper step" in text and "(c) compressor at the projector" in text
+    saved = json.loads(out.read_text())
+    assert [r["label"] for r in saved["pipeline"]][:2] == ["vanilla", "Braco-4 (c1s3_coef)"]
+    assert saved["accounting"] == {"prompt_tokens": 52, "count_attention": False, "lm_head": "all",
+                                   "vision_layers": "all", "computation": "official"}
+    assert all(abs(r["deviation"]) < 0.02 for r in saved["pipeline"])
+    assert result["stages"][2]["official_steps"][:3] == [56_623_104, 38_928_384, 0]  # c3s7
+
+
+def test_braco_console_dispatches_cost(capsys):
+    braco_cli.main(["cost", "--budgets", "16", "--projector", "c3s7"])
+    assert "c3s7" in capsys.readouterr().out
+
+
+def test_measure_cpu_on_a_tiny_config(tiny_llava, tmp_path, capsys):
+    out = tmp_path / "measured.json"
+    main(["--config", str(tiny_llava), "--budgets", "4", "9", "--prompt-tokens", "5", "--measure", "--device", "cpu",
+          "--warmup", "1", "--iters", "2", "--batch-sizes", "1", "2", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert "latency does not depend on the weight values" in text and "LLM layers 2 of 2" in text
+    measured = json.loads(out.read_text())["measure"]
+    assert measured["header"]["dtype"] == "float32" and measured["header"]["batch_sizes"] == [1, 2]
+    boundary, pipeline = measured["boundary"], measured["pipeline"]
+    assert len(boundary) == 2 * (1 + 2 * 4)  # per batch: the plain MLP, then 2 budgets x {ours, official} x {pre, post}
+    assert len(pipeline) == 2 * 3  # per batch: vanilla + 2 budgets
+    for row in boundary + pipeline:
+        assert row["status"] == "ok" and row["median_ms"] > 0 and row["peak_bytes"] > 0
+        assert row["profiler_matmul"] == row["analytic_matmul"]  # the profiler agrees with the analytic count
+    pre = {r["variant"]: r for r in boundary if r["batch"] == 1 and r["boundary"] == "pre"}
+    assert pre["c2s5_coef ours"]["analytic"] < pre["c2s5_coef official"]["analytic"]
+
+
+def test_measure_caps_llm_layers(tiny_llava, tmp_path, capsys):
+    out = tmp_path / "m.json"
+    main(["--config", str(tiny_llava), "--budgets", "4", "--measure", "--device", "cpu", "--warmup", "0", "--iters", "1",
+          "--layers", "1", "--parts", "pipeline", "--json", str(out)])
+    measured = json.loads(out.read_text())["measure"]
+    assert measured["header"]["llm_layers"] == "1 of 2" and "boundary" not in measured
+    assert "LLM layers 1 of 2" in capsys.readouterr().out
+
+
+def test_oom_is_reported_not_raised(tiny_llava, tmp_path, monkeypatch):
+    from braco_patch.cost import measure
+
+    real = measure.time_call
+
+    def fake(fn, device, warmup, iters):
+        if not torch.is_grad_enabled() and fake.calls == 0:
+            fake.calls += 1
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+        return real(fn, device, warmup, iters)
+
+    fake.calls = 0
+    monkeypatch.setattr(measure, "time_call", fake)
+    out = tmp_path / "oom.json"
+    main(["--config", str(tiny_llava), "--budgets", "4", "--measure", "--device", "cpu", "--warmup", "0", "--iters", "1",
+          "--parts", "boundary", "--json", str(out)])
+    rows = json.loads(out.read_text())["measure"]["boundary"]
+    assert rows[0]["status"] == "OOM" and all(r["status"] == "ok" for r in rows[1:])
+
+
+def test_config_formats(tmp_path):
+    # transformers LlavaConfig layout: text_config + vision_config.
+    nested = tmp_path / "hf.json"
+    nested.write_text(json.dumps({"model_type": "llava", "text_config": {"model_type": "qwen2", **TINY_LLM},
+                                  "vision_config": TINY_TOWER, "vision_feature_layer": -1}))
+    spec = load_spec(nested)
+    assert spec.llm.model_type == "qwen2" and spec.select_layer == -1 and spec.inputs[0].label == "16"
+    # A plain LM config plus --vision-config.
+    (tmp_path / "lm.json").write_text(json.dumps({"model_type": "llama", **TINY_LLM}))
+    (tmp_path / "tower.json").write_text(json.dumps(TINY_TOWER))
+    assert load_spec(tmp_path / "lm.json", tmp_path / "tower.json").vision.hidden_size == 32
+    # An upstream LLaVA config naming the hub tower: the built-in CLIP-L/14-336 dimensions.
+    (tmp_path / "llava.json").write_text(json.dumps({"model_type": "llava_llama", **TINY_LLM,
+                                                     "mm_vision_tower": "openai/clip-vit-large-patch14-336"}))
+    assert load_spec(tmp_path / "llava.json").inputs[0].label == "576"
+
+
+def _error(argv) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    message = str(exc.value.code)
+    assert message.startswith("braco cost: ") and "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_bad_inputs_give_one_sentence(tiny_llava, tmp_path):
+    assert "unknown preset 'llava-9b'; expected one of" in _error(["--preset", "llava-9b"])
+    assert "budget 36 (c5s11) needs C=5 but the 4x4 token grid allows at most C=4" in _error(
+        ["--config", str(tiny_llava), "--budgets", "36"])
+    missing = tmp_path / "nope" / "config.json"
+    assert f"config file '{missing}' does not exist" in _error(["--config", str(missing)])
+    assert "mm_vision_tower 'org/unknown-tower' is neither a local folder nor a known tower" in _error(
+        ["--config", str(_write(tmp_path, {"model_type": "llama", **TINY_LLM, "mm_vision_tower": "org/unknown-tower"}))])
+    assert "LLM config lacks ['vocab_size']" in _error(
+        ["--config", str(_write(tmp_path, {k: v for k, v in TINY_LLM.items() if k != "vocab_size"}))])
+    assert "cannot parse Braco name 'c3x7'" in _error(["--projector", "c3x7"])
+    assert "no 999-token input" in _error(["--input-tokens", "999"])
+    if not torch.cuda.is_available():
+        assert "--device cuda needs a GPU" in _error(["--measure", "--device", "cuda"])
+    assert "--fast cudagraph needs --device cuda" in _error(
+        ["--config", str(tiny_llava), "--measure", "--device", "cpu", "--fast", "cudagraph"])
+
+
+def _write(tmp_path, values):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(values))
+    return path
