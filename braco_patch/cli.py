@@ -10,6 +10,9 @@ import sys
 #: subcommand -> module with ``main(argv)``.
 COMMANDS = {
     "demo": ("braco_patch.demo", "what the coder keeps of a real photograph, for every budget"),
+    "cost": ("braco_patch.cost.cli", "prefill FLOPs (paper Table 1), compressor stages, and measured latency/memory"),
+    "diagnose": ("braco_patch.diagnose", "energy retention, readability and linear probes of a vision tower per basis"),
+    "calibrate": ("braco_patch.calibrate", "label-free coef/idct crossover K_b* of a vision tower on your images"),
 }
 
 
