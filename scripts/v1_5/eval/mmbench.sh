@@ -1,14 +1,10 @@
 #!/bin/bash
 # MMBench-EN: answers, the submission spreadsheet for the OpenCompass server, and (dev split) a local
 # accuracy written to $RESULTS/mmbench.json.
-# Environment: MODEL_PATH (default liuhaotian/llava-v1.5-13b), MODEL_BASE, CKPT (answers name, default: the
-# last component of MODEL_PATH), CONV_MODE (vicuna_v1), BATCH_SIZE (1). Re-running resumes where a run stopped.
+# Environment: see common.sh. Re-running resumes where a run stopped.
 set -e
 
-MODEL_PATH="${MODEL_PATH:-liuhaotian/llava-v1.5-13b}"
-CKPT="${CKPT:-$(basename "$MODEL_PATH")}"
-RESULTS="./playground/data/eval/results/$CKPT"
-MODEL_ARGS=(--model-path "$MODEL_PATH" ${MODEL_BASE:+--model-base "$MODEL_BASE"} --temperature 0 --conv-mode "${CONV_MODE:-vicuna_v1}" --batch-size "${BATCH_SIZE:-1}")
+source "$(dirname "$0")/common.sh"
 SPLIT="${SPLIT:-mmbench_dev_20230712}"
 
 python -m llava.eval.model_vqa_mmbench "${MODEL_ARGS[@]}" \

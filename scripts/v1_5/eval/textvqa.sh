@@ -1,13 +1,9 @@
 #!/bin/bash
 # TextVQA val (with reference OCR tokens): VQA accuracy, written to $RESULTS/textvqa.json.
-# Environment: MODEL_PATH (default liuhaotian/llava-v1.5-13b), MODEL_BASE, CKPT (answers name, default: the
-# last component of MODEL_PATH), CONV_MODE (vicuna_v1), BATCH_SIZE (1). Re-running resumes where a run stopped.
+# Environment: see common.sh. Re-running resumes where a run stopped.
 set -e
 
-MODEL_PATH="${MODEL_PATH:-liuhaotian/llava-v1.5-13b}"
-CKPT="${CKPT:-$(basename "$MODEL_PATH")}"
-RESULTS="./playground/data/eval/results/$CKPT"
-MODEL_ARGS=(--model-path "$MODEL_PATH" ${MODEL_BASE:+--model-base "$MODEL_BASE"} --temperature 0 --conv-mode "${CONV_MODE:-vicuna_v1}" --batch-size "${BATCH_SIZE:-1}")
+source "$(dirname "$0")/common.sh"
 
 python -m llava.eval.model_vqa_loader "${MODEL_ARGS[@]}" \
     --question-file ./playground/data/eval/textvqa/llava_textvqa_val_v051_ocr.jsonl \

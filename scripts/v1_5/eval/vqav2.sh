@@ -1,35 +1,13 @@
 #!/bin/bash
 # VQAv2 test-dev: answers in chunks, one per GPU, merged and converted for the EvalAI server.
-# Environment: as in pope.sh; one process per GPU listed in CUDA_VISIBLE_DEVICES (default 0).
+# Environment: see common.sh; one process per GPU listed in CUDA_VISIBLE_DEVICES (default 0).
 set -e
 
-gpu_list="${CUDA_VISIBLE_DEVICES:-0}"
-IFS=',' read -ra GPULIST <<< "$gpu_list"
-CHUNKS=${#GPULIST[@]}
-
-MODEL_PATH="${MODEL_PATH:-liuhaotian/llava-v1.5-13b}"
-CKPT="${CKPT:-$(basename "$MODEL_PATH")}"
-RESULTS="./playground/data/eval/results/$CKPT"
-MODEL_ARGS=(--model-path "$MODEL_PATH" ${MODEL_BASE:+--model-base "$MODEL_BASE"} --temperature 0 --conv-mode "${CONV_MODE:-vicuna_v1}" --batch-size "${BATCH_SIZE:-1}")
+source "$(dirname "$0")/common.sh"
 SPLIT="llava_vqav2_mscoco_test-dev2015"
 ANSWERS="./playground/data/eval/vqav2/answers/$SPLIT/$CKPT"
 
-pids=()
-for IDX in $(seq 0 $((CHUNKS-1))); do
-    CUDA_VISIBLE_DEVICES=${GPULIST[$IDX]} python -m llava.eval.model_vqa_loader "${MODEL_ARGS[@]}" \
-        --question-file ./playground/data/eval/vqav2/$SPLIT.jsonl \
-        --image-folder ./playground/data/eval/vqav2/test2015 \
-        --answers-file $ANSWERS/${CHUNKS}_${IDX}.jsonl \
-        --num-chunks $CHUNKS \
-        --chunk-idx $IDX &
-    pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-
+answer_in_chunks ./playground/data/eval/vqav2/$SPLIT.jsonl ./playground/data/eval/vqav2/test2015 "$ANSWERS"
 output_file=$ANSWERS/merge.jsonl
-> "$output_file"
-for IDX in $(seq 0 $((CHUNKS-1))); do
-    cat $ANSWERS/${CHUNKS}_${IDX}.jsonl >> "$output_file"
-done
 
 python scripts/convert_vqav2_for_submission.py --split $SPLIT --ckpt $CKPT
