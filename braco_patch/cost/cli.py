@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..cli import positive_int
 from ..config import BracoConfig
 from .fast import FAST_MODES
 from .flops import CONVENTION, check_allocation
@@ -47,16 +48,6 @@ def _vision_layers(value: str) -> str | int:
     return layers
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {number}")
-    return number
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="braco cost", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--config", default=None, help="local config.json (LLaVA-style, transformers LlavaConfig, or an LM config)")
     src.add_argument("--vision-config", "--vision_config", default=None, help="vision tower config.json or folder (CLIP/SigLIP)")
     src.add_argument("--input-tokens", "--input_tokens", default=None, help="only this input setting (e.g. 729, 1024, 3645)")
-    src.add_argument("--budgets", type=_positive, nargs="+", default=[4, 9, 16, 25], help="total budgets K per view")
+    src.add_argument("--budgets", type=positive_int, nargs="+", default=[4, 9, 16, 25], help="total budgets K per view")
     src.add_argument("--projector", nargs="+", default=None, help="Braco allocations instead of --budgets, e.g. braco_c3s7 c4s9_idct")
     acc = p.add_argument_group("accounting (defaults reproduce the paper)")
     acc.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=Accounting.prompt_tokens,
@@ -81,9 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if available, else cpu")
     m.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None, help="default: float16 on cuda, float32 on cpu")
     m.add_argument("--warmup", type=int, default=20)
-    m.add_argument("--iters", type=_positive, default=100)
-    m.add_argument("--batch-sizes", "--batch_sizes", type=_positive, nargs="+", default=[1])
-    m.add_argument("--layers", type=_positive, default=None, help="cap the LLM at N layers (a CPU-sized run); reported")
+    m.add_argument("--iters", type=positive_int, default=100)
+    m.add_argument("--batch-sizes", "--batch_sizes", type=positive_int, nargs="+", default=[1])
+    m.add_argument("--layers", type=positive_int, default=None, help="cap the LLM at N layers (a CPU-sized run); reported")
     m.add_argument("--fast", choices=FAST_MODES, default="none", help="fast path for the coder and the pipeline")
     m.add_argument("--compile-mode", "--compile_mode", default=None, help="override the torch.compile mode of --fast compile")
     m.add_argument("--parts", nargs="+", choices=["boundary", "pipeline"], default=["boundary", "pipeline"])

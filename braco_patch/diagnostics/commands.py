@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..cli import positive_int
 from . import energy as energy_mod
 from .data import InputError, list_images, load_labelled, open_image, resample_indices, split_indices
 from .learnability import (DEFAULT_BETA, DEFAULT_CUTOFFS, DEFAULT_GAMMA, GRAM_SCALES, crossover_scan,
@@ -38,16 +39,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGETS = (1, 4, 9, 16, 25, 36, 49, 64)
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {number}")
-    return number
-
-
 def _add_common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--vision-tower", "--vision_tower", required=True,
                    help="local CLIP/SigLIP tower folder, or a LLaVA checkpoint folder whose config.json names one in mm_vision_tower")
@@ -55,7 +46,7 @@ def _add_common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--out", default=out, help="output folder (default %(default)s)")
     p.add_argument("--select-layer", "--select_layer", type=int, default=None,
                    help="hidden-state layer of the features (default: the checkpoint's mm_vision_select_layer, else -2)")
-    p.add_argument("--batch-size", "--batch_size", type=_positive, default=32, help="images per tower batch (default 32)")
+    p.add_argument("--batch-size", "--batch_size", type=positive_int, default=32, help="images per tower batch (default 32)")
     p.add_argument("--device", default="cpu", help="torch device for the tower (default cpu)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="tower dtype (default float32)")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, splits and the random bases (default 0)")
@@ -77,9 +68,9 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                                    "and per-sample magnitude (top-K) truncation, with per-coefficient energy maps.")
     _add_common(e, "outputs/diagnose-energy")
     _add_bases(e)
-    e.add_argument("--max-images", "--max_images", type=_positive, default=1024,
+    e.add_argument("--max-images", "--max_images", type=positive_int, default=1024,
                    help="at most this many images, a seeded sample without replacement (default 1024, the paper's n)")
-    e.add_argument("--budgets", type=_positive, nargs="+", default=None,
+    e.add_argument("--budgets", type=positive_int, nargs="+", default=None,
                    help=f"budgets K tabulated (default {' '.join(map(str, DEFAULT_BUDGETS))}, up to the grid's L); curves cover every K")
     e.add_argument("--magnitude-samples", "--magnitude_samples", type=int, default=DEFAULT_KEEP_GRAMS,
                    help="per-sample token Grams kept for magnitude truncation, L²·4 bytes each (default %(default)s; 0 = skip)")
@@ -92,9 +83,9 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", default=None,
                    help="JSONL with {\"image\": path relative to --images, \"label\": ...} per line "
                         "(default: class sub-folders of --images)")
-    p.add_argument("--max-images", "--max_images", type=_positive, default=2000,
+    p.add_argument("--max-images", "--max_images", type=positive_int, default=2000,
                    help="at most this many labelled images, a seeded sample (default %(default)s)")
-    p.add_argument("--budgets", type=_positive, nargs="+", default=None,
+    p.add_argument("--budgets", type=positive_int, nargs="+", default=None,
                    help=f"budgets K (default {' '.join(map(str, DEFAULT_BUDGETS))}, up to the grid's L)")
     p.add_argument("--probe-dim", "--probe_dim", type=int, default=DEFAULT_PROBE_DIM,
                    help="channels kept per token by a seeded random orthonormal projection (default %(default)s; 0 = all)")
@@ -111,9 +102,9 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
         "for each of --resamples seeded samples of --n images, scan C and report K_b*, the first K_b = C² where "
         "Δ_st/K_b² − βρ_C < 0 (idct preferred), as median (min–max)."))
     _add_common(p, "outputs/calibrate")
-    p.add_argument("--n", type=_positive, default=1024, help="images per resample, without replacement (paper: 1024)")
-    p.add_argument("--resamples", type=_positive, default=3, help="resamples, seeds seed..seed+r-1 (paper: 3, seeds 0/1/2)")
-    p.add_argument("--cutoffs", type=_positive, nargs="+", default=None,
+    p.add_argument("--n", type=positive_int, default=1024, help="images per resample, without replacement (paper: 1024)")
+    p.add_argument("--resamples", type=positive_int, default=3, help="resamples, seeds seed..seed+r-1 (paper: 3, seeds 0/1/2)")
+    p.add_argument("--cutoffs", type=positive_int, nargs="+", default=None,
                    help="cutoffs C to scan (paper: 2..16; default 2..min(16, N))")
     p.add_argument("--beta", type=float, default=DEFAULT_BETA,
                    help="β of eq. unified_learn_obj; the paper gives no value (default %(default)s, see learnability.py)")

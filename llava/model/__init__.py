@@ -6,8 +6,9 @@ does not import the language-model classes.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from llava import lazy_exports
 
 if TYPE_CHECKING:
     from .builder import load_pretrained_model
@@ -21,16 +22,4 @@ _LAZY_ATTRIBUTES: dict[str, str] = {
 }
 
 __all__ = sorted(_LAZY_ATTRIBUTES)
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY_ATTRIBUTES.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_ATTRIBUTES))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY_ATTRIBUTES)
