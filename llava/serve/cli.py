@@ -1,8 +1,9 @@
 """Chat about an image in the terminal: ``python -m llava.serve.cli --model-path PATH --image-file IMG``.
 
 Reads one user turn per line from stdin until end of input or an empty line, and streams each answer to
-stdout. Flags and defaults follow upstream (``--temperature 0.2 --max-new-tokens 512``); ``--device``
-defaults to CUDA when available, else CPU.
+stdout with the generation loop the model worker and the web demo share (:mod:`llava.serve.generation`).
+Flags and defaults follow upstream (``--temperature 0.2 --max-new-tokens 512``); ``--device`` defaults to
+CUDA when available, else CPU.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from transformers import TextStreamer
-
 from llava.constants import IMAGE_TOKEN_INDEX
-from llava.conversation import SeparatorStyle, conv_templates
-from llava.eval.run_llava import default_device, generation_kwargs, image_marker, resolve_conv_mode
-from llava.mm_utils import KeywordsStoppingCriteria, get_model_name_from_path, load_image, process_images, tokenizer_image_token
+from llava.conversation import conv_templates
+from llava.eval.run_llava import default_device, image_marker, resolve_conv_mode
+from llava.mm_utils import get_model_name_from_path, load_image, tokenizer_image_token
 from llava.utils import setup_logging
+
+from .generation import prepare_pixels, stream_answer
+from .templates import stop_string
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +42,7 @@ def run_chat(args: argparse.Namespace) -> None:
     )
     conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode)].copy()
     roles = ("user", "assistant") if "mpt" in model_name.lower() else conv.roles
-
-    image_sizes = [image.size]
-    pixels = process_images([image], image_processor, model.config)
-    if isinstance(pixels, list):
-        pixels = [tensor.to(model.device, dtype=model.dtype) for tensor in pixels]
-    else:
-        pixels = pixels.to(model.device, dtype=model.dtype)
-    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pixels, image_sizes = prepare_pixels([image], image_processor, model)
 
     first_turn = True
     while True:
@@ -65,21 +60,16 @@ def run_chat(args: argparse.Namespace) -> None:
         prompt = conv.get_prompt()
 
         input_ids = tokenizer_image_token(prompt, tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
-        stop_str = conv.sep if conv.sep_style != SeparatorStyle.TWO else conv.sep2
-        extra = {}
-        if stop_str:
-            extra["stopping_criteria"] = [KeywordsStoppingCriteria([stop_str], tokenizer, input_ids)]
-        streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-        output_ids = model.generate(
-            input_ids.to(model.device),
-            images=pixels,
-            image_sizes=image_sizes,
-            streamer=streamer,
-            pad_token_id=pad_token_id,
-            **generation_kwargs(args.temperature, None, 1, args.max_new_tokens),
-            **extra,
-        )
-        outputs = tokenizer.decode(output_ids[0], skip_special_tokens=True).strip()
+        printed = answer = ""
+        for answer in stream_answer(
+            model, tokenizer, input_ids, images=pixels, image_sizes=image_sizes, temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens, stop=stop_string(conv),
+        ):
+            if answer.startswith(printed):  # the last value may revise earlier text; the terminal keeps it
+                print(answer[len(printed):], end="", flush=True)
+                printed = answer
+        print()
+        outputs = answer.strip()
         conv.messages[-1][-1] = outputs
         if args.debug:
             print("\n", {"prompt": prompt, "outputs": outputs}, "\n")

@@ -1,0 +1,54 @@
+"""The chat page with the model loaded in the same process: ``python -m llava.serve.demo --model-path CKPT``.
+
+    python -m llava.serve.demo --model-path CKPT [--model-base BASE] [--model-name NAME] [--device cpu]
+        [--load-8bit | --load-4bit] [--use-flash-attn] [--limit-model-concurrency 5] [--host 127.0.0.1]
+        [--port 7860] [--concurrency-count 16] [--max-queue-size 64] [--conv-mode MODE]
+        [--max-image-megapixels 25] [--max-upload-mb 20] [--share] [--embed]
+
+Same page as ``gradio_web_server`` (:mod:`llava.serve.chat_ui`) and the same request checks and streaming
+as ``model_worker`` (:class:`llava.serve.engine.ModelEngine`), without a controller or worker process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+from llava.utils import setup_logging
+
+from .flags import add_model_flags, add_page_flags
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.serve.demo", description=__doc__.splitlines()[0])
+    add_model_flags(parser, required=True)
+    add_page_flags(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, block: bool = True):
+    """Parse ``argv`` (default ``sys.argv[1:]``), load the model and serve the page.
+
+    Returns the gradio app (already serving) when ``block`` is False.
+    """
+    from .backends import LocalBackend
+    from .chat_ui import build_demo, launch_from_args, options_from_args
+    from .engine import ModelEngine
+
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.INFO)
+    options = options_from_args(args)
+    engine = ModelEngine.load(
+        args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
+        device=args.device, use_flash_attn=args.use_flash_attn, image_limits=options.image_limits,
+    )
+    logger.info("serving %s (Braco panel: %s)", engine.model_name, "on" if engine.has_braco_view else "off")
+    demo = build_demo(LocalBackend(engine, args.limit_model_concurrency), options, [engine.model_name])
+    return launch_from_args(demo, args, options, block=block)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Command-line flags shared by the serving commands (upstream's names; ``--a-b`` also accepts ``--a_b``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .images import ImageLimits
+
+LOOPBACK_HELP = "address to bind (default 127.0.0.1: this machine only)"
+
+
+def add_flag(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs: Any) -> None:
+    """Add ``--a-b``, its ``--a_b`` spelling and ``aliases``; ``dest`` is ``a_b`` unless given."""
+    underscored = "--" + name[2:].replace("-", "_")
+    names = [name] + ([underscored] if underscored != name else []) + list(aliases)
+    kwargs.setdefault("dest", name[2:].replace("-", "_"))
+    parser.add_argument(*names, **kwargs)
+
+
+def add_bind_flags(parser: argparse.ArgumentParser, port: int | None) -> None:
+    add_flag(parser, "--host", type=str, default="127.0.0.1", help=LOOPBACK_HELP)
+    add_flag(parser, "--port", type=int, default=port, help=None if port else "default: gradio picks one from 7860")
+
+
+def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """``--model-path --model-base --model-name --device --load-8bit --load-4bit --use-flash-attn``, and
+    ``--limit-model-concurrency``."""
+    from llava.eval.run_llava import default_device
+
+    add_flag(parser, "--model-path", type=str, required=required, default=None if required else "facebook/opt-350m")
+    add_flag(parser, "--model-base", type=str, default=None)
+    add_flag(parser, "--model-name", type=str, default=None, help="name shown and matched (default: from --model-path)")
+    add_flag(parser, "--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    add_flag(parser, "--load-8bit", action="store_true")
+    add_flag(parser, "--load-4bit", action="store_true")
+    add_flag(parser, "--use-flash-attn", action="store_true")
+    add_flag(parser, "--limit-model-concurrency", type=int, default=5, help="requests that use the model at once")
+
+
+def add_image_limit_flags(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--max-image-megapixels", type=float, default=25.0, help="images with more pixels are refused")
+    add_flag(parser, "--max-upload-mb", type=float, default=20.0, help="image files larger than this (MiB) are refused")
+
+
+def image_limits(args: argparse.Namespace) -> ImageLimits:
+    return ImageLimits.from_megapixels(args.max_image_megapixels, args.max_upload_mb)
+
+
+def add_page_flags(parser: argparse.ArgumentParser) -> None:
+    """The chat page's flags (``gradio_web_server`` and ``demo``)."""
+    add_bind_flags(parser, None)
+    add_flag(parser, "--concurrency-count", type=int, default=16, help="answers generated at once")
+    add_flag(parser, "--max-queue-size", type=int, default=64, help="requests that may wait; more are refused")
+    add_flag(parser, "--conv-mode", type=str, default=None, help="template for every model (default: from its name)")
+    add_image_limit_flags(parser)
+    add_flag(parser, "--share", action="store_true", help="also publish a public gradio.live link")
+    add_flag(parser, "--embed", action="store_true", help="hide the title and notes")
+
+
+__all__ = ["add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "image_limits"]

@@ -1,0 +1,56 @@
+"""The chat web page in front of a controller: ``python -m llava.serve.gradio_web_server``.
+
+    python -m llava.serve.gradio_web_server [--controller-url http://localhost:21001] [--host 127.0.0.1]
+        [--port 7860] [--model-list-mode once|reload] [--concurrency-count 16] [--max-queue-size 64]
+        [--conv-mode MODE] [--max-image-megapixels 25] [--max-upload-mb 20] [--share] [--embed] [--moderate]
+
+The page (see :mod:`llava.serve.chat_ui`) asks the controller which worker serves the selected model and
+streams the answer from that worker; for Braco checkpoints it also asks the worker for the panel of where
+the compressed visual tokens look. ``--model-list-mode once`` lists the models at start-up, ``reload`` on
+every page load. Unlike upstream, the page binds to 127.0.0.1 unless ``--host`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+from llava.utils import setup_logging
+
+from .flags import add_flag, add_page_flags
+
+logger = logging.getLogger(__name__)
+DESCRIPTION = __doc__.splitlines()[0]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.serve.gradio_web_server", description=DESCRIPTION)
+    add_page_flags(parser)
+    add_flag(parser, "--controller-url", "--controller", type=str, default="http://localhost:21001")
+    add_flag(parser, "--model-list-mode", choices=("once", "reload"), default="once")
+    add_flag(parser, "--moderate", action="store_true", help="accepted for compatibility; no moderation is done")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, block: bool = True):
+    """Parse ``argv`` (default ``sys.argv[1:]``) and serve the page; returns the gradio app when ``block`` is False."""
+    from .backends import ControllerBackend
+    from .chat_ui import build_demo, launch_from_args, options_from_args
+
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.INFO)
+    logger.info("args: %s", args)
+    if args.moderate:
+        logger.warning("--moderate has no effect: this build contacts no moderation service")
+    options = options_from_args(args, args.model_list_mode)
+    backend = ControllerBackend(args.controller_url)
+    models = backend.list_models()
+    if not models:
+        logger.warning("the controller at %s lists no models yet", args.controller_url)
+    demo = build_demo(backend, options, models)
+    return launch_from_args(demo, args, options, block=block)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""A model worker: loads one checkpoint and answers generation requests for it.
+
+    python -m llava.serve.model_worker --model-path CKPT [--host 127.0.0.1] [--port 21002]
+        [--worker-address http://localhost:21002] [--controller-address http://localhost:21001]
+        [--model-base BASE] [--model-name NAME] [--device cuda] [--limit-model-concurrency 5]
+        [--stream-interval 1] [--no-register] [--load-8bit | --load-4bit] [--use-flash-attn]
+        [--heartbeat-interval 15] [--max-image-megapixels 25] [--max-upload-mb 20]
+
+Upstream's endpoints (POST, JSON): ``/worker_generate_stream`` streams NUL-separated
+``{"text", "error_code"}`` chunks (see :mod:`llava.serve.protocol`); ``/worker_get_status`` ->
+``{model_names, speed, queue_length}``. Added: ``/worker_get_braco_view`` {images: [base64]} -> the Braco
+panel's JSON (``{"available": false}`` for other projectors; 400 ``{"error"}`` for a bad image).
+
+At most ``--limit-model-concurrency`` requests run at once; the others wait (and count in
+``queue_length``). The worker registers with the controller once it is listening, then sends a heartbeat
+every ``--heartbeat-interval`` seconds and registers again whenever the controller has forgotten it.
+Without ``--worker-address`` the worker announces ``http://<host>:<port>`` (``localhost`` for 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import requests
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import iterate_in_threadpool
+
+from llava.constants import WORKER_HEART_BEAT_INTERVAL
+from llava.utils import setup_logging
+
+from .engine import ModelEngine
+from .flags import add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, image_limits
+from .protocol import sentence
+from .webapi import bad_request, read_body
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to wait for the server to start listening before registering anyway.
+_STARTUP_WAIT = 120.0
+
+
+class ConcurrencyGate:
+    """Lets at most ``limit`` requests use the model at once and counts those running or waiting."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"limit_model_concurrency must be at least 1, got {limit}")
+        self.limit = limit
+        self._semaphore = asyncio.Semaphore(limit)
+        self.running = 0
+        self.waiting = 0
+
+    @property
+    def queue_length(self) -> int:
+        return self.running + self.waiting
+
+    async def __aenter__(self) -> ConcurrencyGate:
+        self.waiting += 1
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.running -= 1
+        self._semaphore.release()
+
+
+class ModelWorker:
+    """Registration and heartbeats of one :class:`ModelEngine` with a controller.
+
+    Args:
+        engine: The loaded model.
+        controller_address: e.g. ``http://localhost:21001``.
+        worker_address: The URL the controller and web servers use to reach this worker.
+        limit_model_concurrency: Requests allowed to use the model at once.
+        heartbeat_interval: Seconds between heartbeats.
+    """
+
+    def __init__(
+        self,
+        engine: ModelEngine,
+        controller_address: str,
+        worker_address: str,
+        *,
+        limit_model_concurrency: int = 5,
+        heartbeat_interval: float = WORKER_HEART_BEAT_INTERVAL,
+    ) -> None:
+        if not heartbeat_interval > 0:
+            raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval!r}")
+        self.engine = engine
+        self.controller_address = controller_address.rstrip("/")
+        self.worker_address = worker_address.rstrip("/")
+        self.gate = ConcurrencyGate(limit_model_concurrency)
+        self.heartbeat_interval = float(heartbeat_interval)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def status(self) -> dict[str, Any]:
+        return self.engine.status(self.gate.queue_length)
+
+    def register(self) -> bool:
+        """Announce this worker to the controller; False (logged) if the controller cannot be reached."""
+        payload = {"worker_name": self.worker_address, "check_heart_beat": True, "worker_status": self.status()}
+        try:
+            response = requests.post(self.controller_address + "/register_worker", json=payload, timeout=5)
+            response.raise_for_status()
+        except requests.RequestException as error:
+            logger.error("cannot register with the controller at %s: %s", self.controller_address, error)
+            return False
+        logger.info("registered %s as %s", self.engine.model_name, self.worker_address)
+        return True
+
+    def send_heartbeat(self) -> None:
+        """One heartbeat; registers again if the controller no longer knows this worker."""
+        payload = {"worker_name": self.worker_address, "queue_length": self.gate.queue_length}
+        try:
+            response = requests.post(self.controller_address + "/receive_heart_beat", json=payload, timeout=5)
+            response.raise_for_status()
+            known = bool(response.json().get("exist"))
+        except (requests.RequestException, ValueError) as error:
+            logger.warning("heartbeat to %s failed: %s", self.controller_address, error)
+            return
+        if not known:
+            self.register()
+
+    def start(self, ready: Callable[[], bool] = lambda: True) -> None:
+        """Start the heartbeat thread; it registers as soon as ``ready()`` (the server is listening)."""
+
+        def run() -> None:
+            waited = 0.0
+            while not ready() and waited < _STARTUP_WAIT and not self._stop.wait(0.1):
+                waited += 0.1
+            registered = self.register()
+            while not self._stop.wait(self.heartbeat_interval):
+                if registered:
+                    self.send_heartbeat()
+                else:
+                    registered = self.register()
+
+        self._thread = threading.Thread(target=run, name="worker-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def create_app(engine: ModelEngine, gate: ConcurrencyGate) -> FastAPI:
+    """The worker's FastAPI app; ``gate`` bounds how many requests use ``engine`` at once."""
+    app = FastAPI(title=f"LLaVA model worker ({engine.model_name})")
+
+    @app.post("/worker_generate_stream")
+    async def worker_generate_stream(request: Request) -> Any:
+        params = await read_body(request)
+        if isinstance(params, JSONResponse):
+            return params
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async with gate:
+                stream = engine.generate_stream(params)
+                try:
+                    async for chunk in iterate_in_threadpool(stream):
+                        yield chunk.encode()
+                finally:
+                    # A client that went away stops the generation (the thread step has finished here).
+                    stream.close()
+
+        return StreamingResponse(chunks())
+
+    @app.post("/worker_get_status")
+    async def worker_get_status() -> Any:
+        return engine.status(gate.queue_length)
+
+    @app.post("/worker_get_braco_view")
+    async def worker_get_braco_view(request: Request) -> Any:
+        params = await read_body(request, "images")
+        if isinstance(params, JSONResponse):
+            return params
+        async with gate:
+            try:
+                return await run_in_threadpool(engine.braco_view, params)
+            except ValueError as error:
+                return bad_request(sentence(str(error)))
+            except Exception as error:
+                logger.exception("the Braco view failed")
+                message = f"the Braco view failed ({type(error).__name__}: {error})"
+                return JSONResponse({"error": message}, status_code=500)
+
+    return app
+
+
+def default_worker_address(host: str, port: int) -> str:
+    shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "") else host
+    return f"http://{shown}:{port}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.serve.model_worker", description=__doc__.splitlines()[0])
+    add_bind_flags(parser, 21002)
+    add_flag(parser, "--worker-address", "--worker", type=str, default=None,
+             help="URL announced to the controller (default http://<host>:<port>)")
+    add_flag(parser, "--controller-address", "--controller", type=str, default="http://localhost:21001")
+    add_model_flags(parser)
+    add_flag(parser, "--multi-modal", action="store_true",
+             help="accepted for compatibility; image support is detected from the checkpoint")
+    add_flag(parser, "--stream-interval", type=int, default=1, help="send a chunk every this many decoded pieces")
+    add_flag(parser, "--no-register", action="store_true", help="do not register with a controller")
+    add_flag(parser, "--heartbeat-interval", type=float, default=WORKER_HEART_BEAT_INTERVAL,
+             help="seconds between heartbeats to the controller")
+    add_image_limit_flags(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse ``argv`` (default ``sys.argv[1:]``), load the model and serve until interrupted."""
+    import uvicorn
+
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.INFO)
+    logger.info("args: %s", args)
+    engine = ModelEngine.load(
+        args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
+        device=args.device, use_flash_attn=args.use_flash_attn,
+        image_limits=image_limits(args), stream_interval=args.stream_interval,
+    )
+    worker = ModelWorker(
+        engine, args.controller_address, args.worker_address or default_worker_address(args.host, args.port),
+        limit_model_concurrency=args.limit_model_concurrency, heartbeat_interval=args.heartbeat_interval,
+    )
+    app = create_app(engine, worker.gate)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    if not args.no_register:
+        worker.start(ready=lambda: server.started)
+    try:
+        server.run()
+    finally:
+        worker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The chat page in a real browser: Playwright driving Debian's chromium, headless, against the serving stack.
+
+Loads the page, uploads an image, asks a question, waits for the answer and the Braco panel (token counts and
+the residual-token heat maps), and saves a screenshot as ``chat_page.png`` in the test's temp folder. The test
+installs what it lacks (``pip install playwright``, ``apt-get install -y chromium``) and skips, saying why,
+when it cannot.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ServingStack
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+PAGE_TIMEOUT_MS = 120_000
+#: The page re-enables Regenerate once the answer (and the panel) is complete.
+ANSWER_DONE = "() => { const button = document.querySelector('#regenerate'); return button && !button.disabled; }"
+
+
+def _run(command: list[str], timeout: float) -> tuple[bool, str]:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, str(error)
+    return done.returncode == 0, (done.stdout + done.stderr)[-500:]
+
+
+def _find_chromium() -> str | None:
+    return next((path for path in map(shutil.which, CHROMIUM_NAMES) if path), None)
+
+
+def ensure_browser() -> str:
+    """Path to a chromium binary with the ``playwright`` package importable; skips the test otherwise."""
+    if importlib.util.find_spec("playwright") is None:
+        ok, output = _run([sys.executable, "-m", "pip", "install", "--quiet", "playwright"], timeout=300)
+        importlib.invalidate_caches()
+        if not ok or importlib.util.find_spec("playwright") is None:
+            pytest.skip(f"the playwright package is missing and 'pip install playwright' failed: {output.strip()}")
+    chromium = _find_chromium()
+    if chromium is None:
+        if shutil.which("apt-get") is None or os.geteuid() != 0:
+            pytest.skip("no chromium browser is installed and apt-get cannot be run here (needs root)")
+        ok, output = _run(["apt-get", "install", "-y", "--no-install-recommends", "chromium"], timeout=600)
+        chromium = _find_chromium()
+        if chromium is None:
+            pytest.skip(f"no chromium browser is installed and 'apt-get install chromium' failed: {output.strip()}")
+    return chromium
+
+
+def test_browser_chat_shows_answer_and_residual_heat_maps(
+    serving_stack: ServingStack, tiny_image_file: Path, tmp_path: Path
+) -> None:
+    chromium = ensure_browser()
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import expect, sync_playwright
+
+    screenshot = tmp_path / "chat_page.png"
+    with sync_playwright() as playwright:
+        try:
+            browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        except PlaywrightError as error:
+            pytest.skip(f"chromium at {chromium} does not start under Playwright: {str(error).splitlines()[0]}")
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.set_default_timeout(PAGE_TIMEOUT_MS)
+            page.goto(serving_stack.web_url, wait_until="domcontentloaded")
+            page.wait_for_selector("#textbox textarea")
+            expect(page.locator("#model_selector input")).to_have_value(serving_stack.model_name)  # filled on load
+            page.locator("#imagebox input[type=file]").set_input_files(str(tiny_image_file))
+            page.wait_for_selector("#imagebox img")  # the upload preview
+            page.locator("#textbox textarea").fill("What is shown in the image?")
+            page.locator("#send").click()
+
+            bot = page.locator("#chatbot [data-testid='bot']").last
+            bot.wait_for()
+            page.wait_for_selector("#braco_maps img")
+            page.wait_for_function(ANSWER_DONE)
+            answer = bot.inner_text().strip()
+            assert answer and not answer.endswith("▌") and "error_code" not in answer
+            summary = page.locator("#braco_summary").inner_text()
+            assert "9 visual tokens sent to the LLM" in summary and "36 uncompressed" in summary
+            maps = page.locator("#braco_maps img")
+            assert maps.evaluate("img => img.complete && img.naturalWidth > 0"), "the heat-map image did not load"
+            page.locator("#braco_panel").scroll_into_view_if_needed()
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    assert screenshot.stat().st_size > 10_000
+    print(f"screenshot: {screenshot}")
