@@ -1,5 +1,11 @@
 from setuptools import find_packages, setup
 
+# deepspeed is only for multi-GPU training; the tests and the quickstart train without it.
+TRAIN_LIGHT = ["peft>=0.12"]
+TRAIN = ["deepspeed>=0.14", *TRAIN_LIGHT]
+SERVE = ["gradio>=6,<7", "fastapi>=0.110", "uvicorn>=0.29", "requests>=2.31", "httpx>=0.27"]
+EVAL = ["pandas>=2.0", "openpyxl>=3.1"]  # MMBench .tsv in, .xlsx submission out
+
 setup(
     name="braco-llava",
     version="0.1.0",
@@ -22,12 +28,14 @@ setup(
         "shortuuid>=1.0",
         "accelerate>=1.0",
         "tqdm>=4.60",
+        "matplotlib>=3.7",  # figures of braco demo / diagnose / calibrate, the quickstart and the serve panel
     ],
     extras_require={
-        "train": ["deepspeed>=0.14", "peft>=0.12", "accelerate>=1.0"],
-        "serve": ["gradio>=5", "fastapi>=0.110", "uvicorn>=0.29", "requests>=2.31", "httpx>=0.27"],
-        "eval": ["pandas>=2.0", "openpyxl>=3.1", "scikit-learn>=1.3"],
-        "dev": ["pytest>=8", "scikit-image>=0.22", "matplotlib>=3.7"],
+        "train": TRAIN,
+        "serve": SERVE,
+        "eval": EVAL,
+        # Everything the test suite exercises (the browser test also needs a chromium binary).
+        "dev": ["pytest>=8", "scikit-image>=0.22", "playwright>=1.40", *TRAIN_LIGHT, *SERVE, *EVAL],
     },
     entry_points={
         "llava.projectors": ["braco = braco_patch.llava_plugin"],

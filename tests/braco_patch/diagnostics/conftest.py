@@ -39,7 +39,6 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 def photo_tokens():
     """All bundled photographs at 336 px, normalised with CLIP's mean/std, through a fixed (seeded, random linear)
     14 x 14 patch embedding: ``[17, 576, 48]`` float64, the 24 x 24 grid of CLIP-L/14-336."""
-    pytest.importorskip("skimage")
     gen = torch.Generator().manual_seed(0)
     embed = torch.randn(14 * 14 * 3, 48, generator=gen, dtype=torch.float64) / math.sqrt(14 * 14 * 3)
     mean, std = np.array(CLIP_MEAN), np.array(CLIP_STD)
@@ -98,7 +97,6 @@ def _save(array: np.ndarray, path) -> None:
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory):
     """12 images: 8 scikit-image photographs and 4 synthetic scenes (one in a sub-folder), PNG and JPEG."""
-    pytest.importorskip("skimage")
     folder = tmp_path_factory.mktemp("images")
     for name in PHOTOS[:8]:
         _save(photo(name, 96), folder / f"{name}.png")
