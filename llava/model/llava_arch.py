@@ -165,6 +165,20 @@ def _images_per_sample(markers: Sequence[int], num_images: int) -> list[int]:
 # ---------------------------------------------------------------------------------------------- model
 
 
+def _new_image_newline(hidden_size: int) -> nn.Parameter:
+    return nn.Parameter(torch.randn(hidden_size) * hidden_size**-0.5)
+
+
+def init_image_newline(module: nn.Module) -> None:
+    """``_init_weights`` step for the LLaVA base model: ``image_newline`` ~ N(0, 1/hidden_size).
+
+    Called by the causal-LM class's ``_init_weights`` (transformers initialises through the top-level model's
+    hook, so a hook on the mixed-in base model would never run)."""
+    newline = getattr(module, "image_newline", None) if isinstance(module, LlavaMetaModel) else None
+    if isinstance(newline, nn.Parameter):
+        hf_init.normal_(newline, mean=0.0, std=module.config.hidden_size**-0.5)
+
+
 class LlavaMetaModel:
     """Mixin for the LLM base model: owns the vision tower, the projector and ``image_newline``.
 
@@ -180,13 +194,7 @@ class LlavaMetaModel:
             self.vision_tower = build_vision_tower(config, delay_load=True)
             self.mm_projector = build_vision_projector(config)
             if _uses_unpad(config):
-                self.image_newline = nn.Parameter(torch.empty(config.hidden_size))
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        newline = getattr(module, "image_newline", None) if isinstance(module, LlavaMetaModel) else None
-        if isinstance(newline, nn.Parameter):
-            hf_init.normal_(newline, mean=0.0, std=module.config.hidden_size**-0.5)
+                self.image_newline = _new_image_newline(config.hidden_size)
 
     def get_vision_tower(self) -> CLIPVisionTower | None:
         """The vision tower, unwrapped from the one-element list used under FSDP; ``None`` for a text LLM."""
@@ -231,7 +239,7 @@ class LlavaMetaModel:
         if getattr(self, "mm_projector", None) is None:
             self.mm_projector = build_vision_projector(config)
             if _uses_unpad(config):
-                self.image_newline = nn.Parameter(torch.randn(config.hidden_size) * config.hidden_size**-0.5)
+                self.image_newline = _new_image_newline(config.hidden_size)
         else:
             self.mm_projector.requires_grad_(True)
 

@@ -22,7 +22,7 @@ from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaPreT
 
 from llava.constants import IMAGE_TOKEN_INDEX
 
-from ..llava_arch import ImageInput, LlavaMetaForCausalLM, LlavaMetaModel
+from ..llava_arch import ImageInput, LlavaMetaForCausalLM, LlavaMetaModel, init_image_newline
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,10 @@ class LlavaLlamaForCausalLM(LlamaForCausalLM, LlavaMetaForCausalLM):
 
     def get_model(self) -> LlavaLlamaModel:
         return self.model
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        init_image_newline(module)
 
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:

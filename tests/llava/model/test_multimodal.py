@@ -268,3 +268,20 @@ def test_training_loss_reaches_the_projector(tiny_llava_checkpoint) -> None:
     loss.backward()
     assert model.get_model().mm_projector[0].weight.grad.abs().sum() > 0
     assert all(param.grad is None for param in model.get_vision_tower().parameters())
+
+
+def test_image_newline_is_initialised(tiny_tower_dir) -> None:
+    from llava.model.language_model.llava_llama import LlavaConfig, LlavaLlamaForCausalLM
+
+    hidden = 256
+    config = LlavaConfig(
+        vocab_size=64, hidden_size=hidden, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        mm_vision_tower=str(tiny_tower_dir), mm_hidden_size=32, mm_projector_type="mlp2x_gelu",
+        mm_patch_merge_type="spatial_unpad",
+    )
+    for seed in range(3):
+        torch.manual_seed(seed)
+        newline = LlavaLlamaForCausalLM(config).get_model().image_newline.detach()
+        assert torch.isfinite(newline).all()
+        # N(0, 1/hidden): the sample std of 256 draws lies well within [0.5, 1.5] / sqrt(hidden)
+        assert 0.5 < float(newline.std()) * hidden**0.5 < 1.5
