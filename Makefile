@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench clean
+.PHONY: install demo quickstart test bench clean
 
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,12 @@ install: $(BIN)/.installed
 
 demo: install
 	$(BIN)/braco demo --out outputs/demo
+
+# Tiny LLaVA, stage 1 + stage 2 for mlp2x_gelu and Braco, held-out answers, table + figure (CPU, a few minutes).
+# CI runs it with QUICKSTART_ARGS=--reduced.
+QUICKSTART_ARGS ?=
+quickstart: install
+	$(BIN)/python -m llava.quickstart --out outputs/quickstart $(QUICKSTART_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q tests

@@ -11,7 +11,8 @@ edits. Registered projector types:
 
 Each builds ``Sequential(coder, Linear(mm_hidden, hidden), GELU, Linear(hidden, hidden))`` (indices 0–3,
 the official checkpoint layout) and writes the resolved ``mm_*`` keys back into the model config, so
-``config.json`` rebuilds the same module with no flags.
+``config.json`` rebuilds the same module with no flags. It also registers a training-callback provider, so
+``llava.train`` anneals the sparsemax temperature of every annealed coder in the model it trains.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import torch.nn as nn
 
 from llava.model.multimodal_projector.builder import mlp_projector, register_projector
+from llava.train.train_callbacks import register_callback_provider
 
 from .coder import BracoCoder
 from .config import (
@@ -32,6 +34,7 @@ from .config import (
     preset_from_match,
     to_mm_keys,
 )
+from .schedule import BracoAnnealCallback, annealed_coders
 
 __all__ = ["braco_config_from_model_config", "build_braco_projector"]
 
@@ -93,3 +96,9 @@ def _braco_k(config, match) -> nn.Module:
 @register_projector(r"fourier_mlp(\d+)x_gelu", "official Braco type, configured by mm_fourier_* keys")
 def _fourier(config, match) -> nn.Module:
     return build_braco_projector(config, match.group(0), mlp_depth=int(match.group(1)))
+
+
+@register_callback_provider
+def _anneal_callback(model) -> BracoAnnealCallback | None:
+    """LLaVA training adds this callback when the model has an annealed coder (temperature follows the step)."""
+    return BracoAnnealCallback() if annealed_coders(model) else None

@@ -1,0 +1,210 @@
+"""Scoring the quickstart's answers, counting prefill FLOPs, and writing the table, JSON and figure.
+
+Accuracy is exact match after normalisation (lower case, surrounding whitespace and a trailing full stop
+removed). Chance is the accuracy of guessing uniformly among a question type's possible answers, averaged
+over the held-out questions. Prefill FLOPs are analytic (``braco_patch.cost``) for one image and the mean
+held-out prompt; the accounting is printed with the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from llava.eval.files import read_jsonl
+
+
+def normalise(text: str) -> str:
+    return text.strip().lower().rstrip(".").strip()
+
+
+@dataclass
+class Score:
+    accuracy: float
+    chance: float
+    answered: int
+    by_category: dict[str, float] = field(default_factory=dict)
+    chance_by_category: dict[str, float] = field(default_factory=dict)
+
+
+def score_answers(answers_file: str | os.PathLike[str], gold_file: str | os.PathLike[str]) -> Score:
+    """Exact-match accuracy of an answers JSONL against the gold JSONL, overall and per question type.
+
+    Raises:
+        ValueError: If an answer's question id is not in the gold file, or a gold question is unanswered.
+    """
+    gold = {record["question_id"]: record for record in read_jsonl(gold_file, what="gold answers file")}
+    answers = {record["question_id"]: record["text"] for record in read_jsonl(answers_file, what="answers file")}
+    unknown = sorted(set(answers) - set(gold), key=str)
+    missing = sorted(set(gold) - set(answers), key=str)
+    if unknown or missing:
+        raise ValueError(
+            f"{os.fspath(answers_file)!r} does not match the gold answers: unknown ids {unknown[:5]}, unanswered ids {missing[:5]}"
+        )
+    hits: dict[str, list[bool]] = defaultdict(list)
+    chances: dict[str, list[float]] = defaultdict(list)
+    for question_id, record in gold.items():
+        hits[record["category"]].append(normalise(answers[question_id]) == record["answer"])
+        chances[record["category"]].append(record["chance"])
+    everything = [hit for values in hits.values() for hit in values]
+    all_chances = [value for values in chances.values() for value in values]
+    return Score(
+        accuracy=sum(everything) / len(everything),
+        chance=sum(all_chances) / len(all_chances),
+        answered=len(everything),
+        by_category={category: sum(values) / len(values) for category, values in sorted(hits.items())},
+        chance_by_category={category: sum(values) / len(values) for category, values in sorted(chances.items())},
+    )
+
+
+def prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
+    """Analytic FLOPs of one image's prefill through a saved checkpoint (``braco_patch.cost``).
+
+    Counted: the whole vision tower, the projector (and Braco coder), and the LLM over the visual tokens plus
+    ``prompt_tokens`` text tokens, attention scores included, LM head on the last position only.
+
+    Returns:
+        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "accounting"}``.
+    """
+    from braco_patch.cost import Accounting, load_spec, pipeline_cost
+    from braco_patch.llava_plugin import braco_config_from_model_config
+
+    config_file = Path(checkpoint_dir) / "config.json"
+    config = json.loads(config_file.read_text())
+    spec = load_spec(config_file)
+    projector_type = config.get("mm_projector_type") or "linear"
+    allocation = None
+    if projector_type.startswith(("braco_", "fourier_mlp")):
+        allocation = braco_config_from_model_config(SimpleNamespace(**config), projector_type)
+    accounting = Accounting(prompt_tokens=prompt_tokens, count_attention=True, lm_head="last", vision_layers="all", computation="ours")
+    cost = pipeline_cost(spec, spec.inputs[0], allocation, accounting)
+    return {
+        "visual_tokens": cost.visual_tokens, "total": cost.total, "vision": cost.vision, "compressor": cost.compressor,
+        "projector": cost.projector, "llm": cost.llm, "accounting": accounting.describe(),
+    }
+
+
+@dataclass
+class RunResult:
+    """One projector's quickstart run."""
+
+    projector: str
+    visual_tokens: int
+    score: Score
+    flops: dict[str, Any]
+    seconds: dict[str, float]
+    checkpoint: str
+    answers: str
+
+    @property
+    def wall_time(self) -> float:
+        return sum(self.seconds.values())
+
+
+COLUMNS = ("projector", "visual tokens", "accuracy", "chance", "prefill MFLOPs", "train s", "eval s", "wall s")
+
+
+def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
+    rows = []
+    for result in results:
+        train_seconds = result.seconds.get("stage1", 0.0) + result.seconds.get("stage2", 0.0)
+        rows.append((
+            result.projector,
+            str(result.visual_tokens),
+            f"{100 * result.score.accuracy:.1f}%",
+            f"{100 * result.score.chance:.1f}%",
+            f"{result.flops['total'] / 1e6:.2f}",
+            f"{train_seconds:.0f}",
+            f"{result.seconds.get('eval', 0.0):.0f}",
+            f"{result.wall_time:.0f}",
+        ))
+    return rows
+
+
+def format_table(results: Sequence[RunResult]) -> str:
+    """A plain-text table, one row per projector, then the per-type accuracies and the FLOPs accounting."""
+    rows = [COLUMNS, *table_rows(results)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    categories = sorted({category for result in results for category in result.score.by_category})
+    if results and categories:
+        chance = results[0].score.chance_by_category
+        lines.append("")
+        lines.append("accuracy by question type (chance): " + ", ".join(f"{c} ({100 * chance[c]:.0f}%)" for c in categories))
+        for result in results:
+            lines.append(f"  {result.projector}: " + ", ".join(f"{c} {100 * result.score.by_category[c]:.0f}%" for c in categories))
+    if results:
+        lines.append("")
+        lines.append(f"held-out questions: {results[0].score.answered}; prefill FLOPs: analytic, {results[0].flops['accounting']}")
+    return "\n".join(lines)
+
+
+def write_results(path: str | os.PathLike[str], results: Sequence[RunResult], meta: dict[str, Any]) -> Path:
+    """``results.json``: the run settings (``meta``) and every projector's numbers."""
+    payload = {
+        **meta,
+        "runs": [{**asdict(result), "wall_time": result.wall_time} for result in results],
+    }
+    path = Path(path)
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def plot_results(path: str | os.PathLike[str], results: Sequence[RunResult]) -> Path:
+    """``quickstart.png``: accuracy per question type (with chance), and accuracy against prefill FLOPs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    categories = sorted({category for result in results for category in result.score.by_category})
+    figure, (bars, cost) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / max(len(results), 1)
+    for index, result in enumerate(results):
+        positions = [c + index * width for c in range(len(categories))]
+        bars.bar(positions, [100 * result.score.by_category[c] for c in categories], width,
+                 label=f"{result.projector} ({result.visual_tokens} tokens)")
+    if results:
+        chance = results[0].score.chance_by_category
+        for c, category in enumerate(categories):
+            bars.hlines(100 * chance[category], c - width / 2, c + width * (len(results) - 0.5), colors="black", linestyles="dashed")
+    bars.set_xticks([c + width * (len(results) - 1) / 2 for c in range(len(categories))], categories, rotation=20)
+    bars.set_ylabel("accuracy (%)  [dashed: chance]")
+    bars.set_ylim(0, 100)
+    bars.legend(fontsize=8)
+    bars.set_title("held-out accuracy by question type")
+    for result in results:
+        cost.scatter(result.flops["total"] / 1e6, 100 * result.score.accuracy, s=60)
+        cost.annotate(f"{result.projector}\n{result.visual_tokens} tokens", (result.flops["total"] / 1e6, 100 * result.score.accuracy),
+                      textcoords="offset points", xytext=(6, 6), fontsize=8)
+    if results:
+        cost.axhline(100 * results[0].score.chance, color="black", linestyle="dashed", label="chance")
+        cost.legend(fontsize=8)
+    cost.margins(x=0.3, y=0.15)
+    cost.set_xlabel("prefill MFLOPs per image (analytic)")
+    cost.set_ylabel("accuracy (%)")
+    cost.set_title("accuracy vs. prefill compute")
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+__all__ = [
+    "RunResult",
+    "Score",
+    "format_table",
+    "normalise",
+    "plot_results",
+    "prefill_flops",
+    "score_answers",
+    "write_results",
+]

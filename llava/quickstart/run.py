@@ -1,0 +1,238 @@
+"""Run the quickstart: data, tiny models, two-stage training per projector, held-out answers, report.
+
+Every step goes through the code a user runs: ``llava.train.train`` with upstream's command-line flags (the
+paper's recipe: stage 1 ``--version plain --tune_mm_mlp_adapter True``, stage 2 ``--version v1`` from the
+stage-1 ``mm_projector.bin``), then ``llava.eval.model_vqa_loader`` on the saved checkpoint. Differences from
+the paper's settings, because the models are tiny and start from random weights: learning rate 1e-3 in
+stage 2 (not 2e-5), several epochs, batch 16.
+
+Output folder layout: ``data/`` (images, training files, questions), ``models/`` (tokenizer, tower, base
+LLM), ``runs/<projector>/{pretrain,finetune,answers.jsonl}``, ``results.json``, ``quickstart.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from llava.conversation import conv_templates
+from llava.mm_utils import tokenizer_image_token
+from llava.utils import setup_logging
+
+from .report import RunResult, format_table, plot_results, prefill_flops, score_answers, write_results
+from .scenes import DatasetFiles, corpus, write_dataset
+
+logger = logging.getLogger(__name__)
+
+CONV_MODE = "vicuna_v1"
+
+
+@dataclass(frozen=True)
+class QuickstartConfig:
+    """Sizes of one quickstart run (defaults: the full run, about 4 minutes on 2 CPU cores)."""
+
+    projectors: tuple[str, ...] = ("mlp2x_gelu", "braco_c2s5")
+    train_scenes: int = 2000
+    test_questions: int = 300
+    turns_per_scene: int = 3
+    pretrain_epochs: float = 1.0
+    finetune_epochs: float = 4.0
+    batch_size: int = 16
+    pretrain_lr: float = 1e-3
+    finetune_lr: float = 1e-3
+    image_size: int = 64
+    patch_size: int = 8
+    tower_hidden: int = 64
+    position_scale: float = 20.0
+    llm_hidden: int = 128
+    llm_layers: int = 2
+    vocab_size: int = 700
+    seed: int = 0
+
+
+#: ``--reduced``: the same steps on less data and fewer epochs (CI).
+REDUCED = QuickstartConfig(train_scenes=1000, test_questions=150, finetune_epochs=3.0)
+
+
+@dataclass(frozen=True)
+class Models:
+    tokenizer: Path
+    tower: Path
+    llm: Path
+
+
+def build_models(root: Path, config: QuickstartConfig) -> Models:
+    """Tokenizer trained on the quickstart's texts, a random CLIP-style tower and a random LLaMA."""
+    from llava.model.tiny import build_tiny_clip_tower, build_tiny_llm, train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(root / "tokenizer", texts=corpus(), vocab_size=config.vocab_size)
+    # One encoder layer: mm_vision_select_layer -2 then reads the patch embeddings (plus positions).
+    tower = build_tiny_clip_tower(
+        root / "clip-tiny", image_size=config.image_size, patch_size=config.patch_size, hidden=config.tower_hidden,
+        layers=1, heads=2, seed=config.seed,
+    )
+    scale_position_embeddings(tower, config.position_scale)
+    llm = build_tiny_llm(
+        root / "vicuna-tiny", tokenizer, hidden=config.llm_hidden, layers=config.llm_layers, heads=4,
+        intermediate=2 * config.llm_hidden, max_position=512, seed=config.seed,
+    )
+    return Models(tokenizer, tower, llm)
+
+
+def scale_position_embeddings(tower_dir: Path, factor: float) -> None:
+    """Multiply a saved CLIP tower's position embeddings by ``factor``.
+
+    A random tower's position embeddings are tiny next to its patch embeddings (both start with std 0.02, but
+    a patch embedding sums 192 pixel terms), so its features barely say where a patch is; a trained CLIP's
+    features do. Scaling them up gives the random stand-in that property.
+    """
+    from transformers import CLIPVisionModel
+
+    model = CLIPVisionModel.from_pretrained(str(tower_dir))
+    with torch.no_grad():
+        model.get_parameter("embeddings.position_embedding.weight").mul_(factor)
+    model.save_pretrained(str(tower_dir))
+
+
+def _common_flags(models: Models, data: DatasetFiles, projector: str, config: QuickstartConfig) -> list[str]:
+    return [
+        "--model_name_or_path", str(models.llm), "--vision_tower", str(models.tower), "--mm_projector_type", projector,
+        "--mm_vision_select_layer", "-2", "--mm_use_im_start_end", "False", "--mm_use_im_patch_token", "False",
+        "--image_folder", str(data.images), "--per_device_train_batch_size", str(config.batch_size),
+        "--gradient_accumulation_steps", "1", "--eval_strategy", "no", "--save_strategy", "no",
+        "--weight_decay", "0.", "--warmup_steps", "0.03", "--lr_scheduler_type", "cosine", "--logging_steps", "25",
+        "--model_max_length", "512", "--dataloader_num_workers", "0", "--report_to", "none",
+        "--seed", str(config.seed), "--use_cpu", "True",
+    ]
+
+
+def pretrain_flags(models: Models, data: DatasetFiles, projector: str, config: QuickstartConfig, output: Path) -> list[str]:
+    """Stage 1: ``plain`` captions, only the projector (for Braco: coder + MLP) trains."""
+    return _common_flags(models, data, projector, config) + [
+        "--version", "plain", "--data_path", str(data.pretrain), "--tune_mm_mlp_adapter", "True",
+        "--num_train_epochs", str(config.pretrain_epochs), "--learning_rate", str(config.pretrain_lr), "--output_dir", str(output),
+    ]
+
+
+def finetune_flags(models: Models, data: DatasetFiles, projector: str, config: QuickstartConfig, output: Path, adapter: Path) -> list[str]:
+    """Stage 2: ``v1`` conversations, LLM + projector train, starting from the stage-1 projector."""
+    return _common_flags(models, data, projector, config) + [
+        "--version", "v1", "--data_path", str(data.finetune), "--pretrain_mm_mlp_adapter", str(adapter),
+        "--image_aspect_ratio", "pad", "--group_by_modality_length", "True",
+        "--num_train_epochs", str(config.finetune_epochs), "--learning_rate", str(config.finetune_lr), "--output_dir", str(output),
+    ]
+
+
+def answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path) -> list[str]:
+    return [
+        "--model-path", str(checkpoint), "--question-file", str(data.questions), "--image-folder", str(data.images),
+        "--answers-file", str(answers), "--temperature", "0", "--conv-mode", CONV_MODE, "--max_new_tokens", "4",
+        "--batch-size", "16", "--device", "cpu", "--overwrite",
+    ]
+
+
+def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path) -> int:
+    """Mean number of text tokens in the held-out prompts (the image marker not counted)."""
+    from transformers import AutoTokenizer
+
+    from llava.eval.files import read_jsonl
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    counts = []
+    for record in read_jsonl(data.questions, what="question file"):
+        conv = conv_templates[CONV_MODE].copy()
+        conv.append_message(conv.roles[0], "<image>\n" + record["text"])
+        conv.append_message(conv.roles[1], None)
+        counts.append(len(tokenizer_image_token(conv.get_prompt(), tokenizer)) - 1)
+    return round(sum(counts) / len(counts))
+
+
+def run_projector(projector: str, models: Models, data: DatasetFiles, config: QuickstartConfig, root: Path, prompt_tokens: int) -> RunResult:
+    """Stage 1, stage 2 and the held-out answers for one projector."""
+    from llava.eval import model_vqa_loader
+    from llava.train.train import train
+
+    pretrain_dir = root / f"llava-{projector}-pretrain"
+    finetune_dir = root / f"llava-{projector}"
+    answers = root / "answers.jsonl"
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    train(argv=pretrain_flags(models, data, projector, config, pretrain_dir))
+    seconds["stage1"] = time.perf_counter() - started
+    started = time.perf_counter()
+    train(argv=finetune_flags(models, data, projector, config, finetune_dir, pretrain_dir / "mm_projector.bin"))
+    seconds["stage2"] = time.perf_counter() - started
+    started = time.perf_counter()
+    model_vqa_loader.main(answer_flags(finetune_dir, data, answers))
+    seconds["eval"] = time.perf_counter() - started
+    flops = prefill_flops(finetune_dir, prompt_tokens)
+    return RunResult(
+        projector=projector, visual_tokens=flops["visual_tokens"], score=score_answers(answers, data.gold), flops=flops,
+        seconds=seconds, checkpoint=str(finetune_dir), answers=str(answers),
+    )
+
+
+def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig()) -> list[RunResult]:
+    """The whole quickstart into ``out``; prints the table and returns the results.
+
+    ``out/data``, ``out/models`` and ``out/runs`` are replaced if they exist.
+    """
+    out = Path(out)
+    for owned in ("data", "models", "runs"):
+        shutil.rmtree(out / owned, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    data = write_dataset(
+        out / "data", train_scenes=config.train_scenes, test_questions=config.test_questions,
+        turns_per_scene=config.turns_per_scene, image_size=config.image_size, seed=config.seed,
+    )
+    models = build_models(out / "models", config)
+    prompt_tokens = mean_prompt_tokens(data, models.tokenizer)
+    setup_seconds = time.perf_counter() - started
+    results = []
+    for index, projector in enumerate(config.projectors, start=1):
+        logger.info("quickstart [%d/%d] %s: stage 1, stage 2, held-out answers", index, len(config.projectors), projector)
+        results.append(run_projector(projector, models, data, config, out / "runs" / projector, prompt_tokens))
+    meta = {
+        "config": asdict(config),
+        "setup_seconds": setup_seconds,
+        "total_seconds": time.perf_counter() - started,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "prompt_tokens": prompt_tokens,
+    }
+    write_results(out / "results.json", results, meta)
+    plot_results(out / "quickstart.png", results)
+    print(format_table(results))
+    print(f"\ntotal wall time {meta['total_seconds']:.0f} s; results in {out / 'results.json'}, figure {out / 'quickstart.png'}")
+    return results
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.quickstart", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="outputs/quickstart", help="output folder (default: outputs/quickstart)")
+    parser.add_argument("--reduced", action="store_true", help="less data and fewer epochs, same code path (CI)")
+    parser.add_argument("--projectors", nargs="+", default=None, metavar="TYPE",
+                        help="mm_projector_type values to compare (default: mlp2x_gelu braco_c2s5)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> list[RunResult]:
+    args = build_parser().parse_args(argv)
+    setup_logging()
+    config = REDUCED if args.reduced else QuickstartConfig()
+    if args.projectors:
+        config = replace(config, projectors=tuple(args.projectors))
+    return run_quickstart(args.out, config)
+
+
+__all__ = ["QuickstartConfig", "REDUCED", "build_models", "main", "run_quickstart"]

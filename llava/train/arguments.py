@@ -1,0 +1,253 @@
+"""Training arguments: upstream LLaVA's three dataclasses with upstream's names and defaults.
+
+``ModelArguments``, ``DataArguments`` and ``TrainingArguments`` (which extends transformers'
+``TrainingArguments``) are parsed from the command line by ``HfArgumentParser``. Besides upstream's fields:
+
+- the official Braco ``mm_fourier_*`` flags (braco-official §2), all ``None`` by default so that the projector's
+  own defaults apply; whatever is given is written to ``config.json``. The temperature schedule flags
+  (``--mm_fourier_temp_start/_end/_steps/_schedule``) get the paper's per-stage defaults, see
+  :mod:`llava.train.recipe`;
+- ``--skip_bad_samples``: drop (and count) invalid training records instead of stopping.
+
+Flags that upstream's scripts pass but transformers 5 renamed or removed (``--evaluation_strategy``,
+``--warmup_ratio``, ...) are translated by :func:`translate_legacy_flags`, with a notice.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import transformers
+from transformers import HfArgumentParser
+
+logger = logging.getLogger(__name__)
+
+QUANTIZATION_BITS = (4, 8, 16)
+LORA_BIASES = ("none", "all", "lora_only")
+IMAGE_ASPECT_RATIOS = ("square", "pad")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(default="facebook/opt-125m")
+    version: str | None = field(default="v0", metadata={"help": "conversation template: plain (stage 1) or v1 (stage 2)"})
+    freeze_backbone: bool = field(default=False)
+    tune_mm_mlp_adapter: bool = field(default=False, metadata={"help": "stage 1: train only the projector"})
+    vision_tower: str | None = field(default=None)
+    mm_vision_select_layer: int | None = field(default=-1)
+    pretrain_mm_mlp_adapter: str | None = field(default=None, metadata={"help": "stage-1 mm_projector.bin to start from"})
+    mm_projector_type: str | None = field(default="linear")
+    mm_use_im_start_end: bool = field(default=False)
+    mm_use_im_patch_token: bool = field(default=True)
+    mm_patch_merge_type: str | None = field(default="flat")
+    mm_vision_select_feature: str | None = field(default="patch")
+    # Official Braco flags; None = the projector's default. Only projectors that read them use them.
+    mm_fourier_C: int | None = field(default=None)
+    mm_fourier_K_high: int | None = field(default=None)
+    mm_fourier_temp_start: float | None = field(
+        default=None, metadata={"help": "sparsemax temperature at step 0 (default: 2.0 in stage 1, 1.2 in stage 2)"}
+    )
+    mm_fourier_temp_end: float | None = field(
+        default=None, metadata={"help": "temperature reached at temp_steps (default: 1.2 in stage 1, 0.8 in stage 2)"}
+    )
+    mm_fourier_temp_steps: int | None = field(
+        default=None, metadata={"help": "schedule length in optimizer steps (default: this run's total steps)"}
+    )
+    mm_fourier_temp_schedule: str | None = field(default=None, metadata={"help": "cosine (default), linear or exp"})
+    mm_fourier_use_polar_pe: bool | None = field(default=None)
+    mm_fourier_polar_num_freqs: int | None = field(default=None)
+    mm_fourier_polar_include_raw: bool | None = field(default=None)
+    mm_fourier_polar_pe_scale_init: float | None = field(default=None)
+    mm_fourier_spatial_keep: int | None = field(default=None)
+    mm_fourier_spatial_method: str | None = field(default=None)
+    mm_fourier_spatial_use_norm: bool | None = field(default=None)
+    mm_fourier_spatial_scale_init: float | None = field(default=None)
+    mm_fourier_spatial_hidden_mult: int | None = field(default=None)
+    mm_fourier_spatial_selection_norm: str | None = field(default=None)
+    mm_fourier_spatial_temp_mul: float | None = field(default=None)
+    mm_fourier_spatial_prior: str | None = field(default=None)
+    mm_fourier_spatial_prior_weight_init: float | None = field(default=None)
+    mm_fourier_post_concat_norm: bool | None = field(default=None)
+    mm_fourier_low_idct: bool | None = field(default=None)
+
+
+@dataclass
+class DataArguments:
+    data_path: str | None = field(default=None, metadata={"help": "LLaVA training data: a JSON list or JSONL file"})
+    lazy_preprocess: bool = False
+    is_multimodal: bool = False
+    image_folder: str | None = field(default=None)
+    image_aspect_ratio: str = "square"
+    skip_bad_samples: bool = field(
+        default=False,
+        metadata={"help": "drop invalid records (missing image, no <image> marker, ...) and report the counts "
+                          "instead of stopping at the first one"},
+    )
+
+
+@dataclass
+class TrainingArguments(transformers.TrainingArguments):
+    cache_dir: str | None = field(default=None)
+    optim: str = field(default="adamw_torch")
+    remove_unused_columns: bool = field(default=False)
+    freeze_mm_mlp_adapter: bool = field(default=False)
+    mpt_attn_impl: str | None = field(default="triton")
+    model_max_length: int = field(
+        default=512, metadata={"help": "maximum sequence length; longer samples are truncated (right padding)"}
+    )
+    double_quant: bool = field(default=True, metadata={"help": "double quantization of the 4-bit statistics"})
+    quant_type: str = field(default="nf4", metadata={"help": "4-bit data type: fp4 or nf4"})
+    bits: int = field(default=16, metadata={"help": "4 or 8 to load the LLM quantized (needs bitsandbytes)"})
+    lora_enable: bool = False
+    lora_r: int = 64
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    lora_weight_path: str = ""
+    lora_bias: str = "none"
+    mm_projector_lr: float | None = None
+    group_by_modality_length: bool = field(default=False)
+
+
+# ---------------------------------------------------------------------------------------------- legacy flags
+
+
+_TRUE_WORDS = ("yes", "true", "t", "y", "1")
+_FALSE_WORDS = ("no", "false", "f", "n", "0")
+
+
+def _is_true(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in _TRUE_WORDS or lowered in _FALSE_WORDS:
+        return lowered in _TRUE_WORDS
+    raise ValueError(f"expected a boolean (true/false/yes/no/1/0), got {value!r}")
+
+
+def _warmup_ratio(value: str) -> list[str]:
+    ratio = float(value)
+    if not 0 <= ratio < 1:
+        raise ValueError(f"--warmup_ratio must be in [0, 1), got {value!r}")
+    return ["--warmup_steps", value]
+
+
+@dataclass(frozen=True)
+class LegacyFlag:
+    """A transformers-4 training flag: whether it is a boolean switch, and its transformers-5 spelling."""
+
+    boolean: bool
+    translate: Callable[[str], list[str]]
+    note: str
+
+
+LEGACY_FLAGS: dict[str, LegacyFlag] = {
+    "evaluation_strategy": LegacyFlag(False, lambda v: ["--eval_strategy", v], "renamed --eval_strategy"),
+    "warmup_ratio": LegacyFlag(False, _warmup_ratio, "a ratio below 1 now goes in --warmup_steps"),
+    "group_by_length": LegacyFlag(
+        True, lambda v: ["--train_sampling_strategy", "group_by_length"] if _is_true(v) else [],
+        "now --train_sampling_strategy group_by_length",
+    ),
+    "no_cuda": LegacyFlag(True, lambda v: ["--use_cpu", v], "renamed --use_cpu"),
+    "gradient_checkpointing": LegacyFlag(True, lambda v: ["--activation_checkpointing", v], "renamed --activation_checkpointing"),
+    "overwrite_output_dir": LegacyFlag(
+        True, lambda v: [], "removed; ignored (a run resumes from the last checkpoint-* in --output_dir)"
+    ),
+    "logging_dir": LegacyFlag(False, lambda v: [], "removed; ignored"),
+    "save_safetensors": LegacyFlag(True, lambda v: [], "removed (checkpoints are always safetensors); ignored"),
+}
+
+
+def _split_flag(token: str) -> tuple[str, str | None]:
+    name, sep, value = token[2:].partition("=")
+    return name.replace("-", "_"), (value if sep else None)
+
+
+def translate_legacy_flags(argv: Sequence[str]) -> list[str]:
+    """Rewrite transformers-4 flags (``--evaluation_strategy no``, ``--warmup_ratio 0.03``, ...) for transformers 5.
+
+    Both ``--flag value`` and ``--flag=value`` are understood; a boolean flag may stand alone (true).
+
+    Raises:
+        ValueError: If a legacy flag lacks its value, has a bad one, or is given together with its new name.
+    """
+    out: list[str] = []
+    given: set[str] = set()
+    translated: set[str] = set()
+    tokens = list(argv)
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if not token.startswith("--"):
+            out.append(token)
+            continue
+        name, value = _split_flag(token)
+        legacy = LEGACY_FLAGS.get(name)
+        if legacy is None:
+            given.add(name)
+            out.append(token)
+            continue
+        if value is None:
+            if index < len(tokens) and not tokens[index].startswith("--"):
+                value, index = tokens[index], index + 1
+            elif legacy.boolean:
+                value = "True"
+            else:
+                raise ValueError(f"--{name} needs a value")
+        try:
+            replacement = legacy.translate(value)
+        except ValueError as error:
+            raise ValueError(f"--{name}: {error}") from None
+        logger.warning("--%s is a transformers 4 flag: %s", name, legacy.note)
+        if replacement:
+            translated.add(_split_flag(replacement[0])[0])
+        out.extend(replacement)
+    both = sorted(translated & given)
+    if both:
+        raise ValueError(f"--{both[0]} is given both directly and through its transformers 4 name; give it once")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def check_arguments(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """Reject argument combinations this build cannot train, with one sentence each."""
+    if not data_args.data_path:
+        raise ValueError("--data_path is required: a LLaVA training file (JSON list or JSONL)")
+    if training_args.bits not in QUANTIZATION_BITS:
+        raise ValueError(f"--bits must be one of {QUANTIZATION_BITS}, got {training_args.bits}")
+    if training_args.lora_bias not in LORA_BIASES:
+        raise ValueError(f"--lora_bias must be one of {LORA_BIASES}, got {training_args.lora_bias!r}")
+    if data_args.image_aspect_ratio not in IMAGE_ASPECT_RATIOS:
+        raise ValueError(
+            f"--image_aspect_ratio must be one of {IMAGE_ASPECT_RATIOS} for training, got {data_args.image_aspect_ratio!r}"
+        )
+    if model_args.mm_use_im_start_end and model_args.tune_mm_mlp_adapter:
+        raise ValueError("--mm_use_im_start_end True together with --tune_mm_mlp_adapter True is not supported")
+    for flag in ("pretrain_mm_mlp_adapter", "tune_mm_mlp_adapter"):
+        if getattr(model_args, flag) and not model_args.vision_tower:
+            raise ValueError(f"--{flag} needs --vision_tower (the projector sits on the vision tower)")
+    if model_args.tune_mm_mlp_adapter and training_args.freeze_mm_mlp_adapter:
+        raise ValueError("--tune_mm_mlp_adapter True with --freeze_mm_mlp_adapter True leaves nothing to train")
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
+    """Parse upstream's command line (``sys.argv[1:]`` when ``argv`` is None) into the three dataclasses."""
+    args = translate_legacy_flags(sys.argv[1:] if argv is None else argv)
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=args, look_for_args_file=False)
+    check_arguments(model_args, data_args, training_args)
+    return model_args, data_args, training_args
+
+
+__all__ = [
+    "DataArguments",
+    "LEGACY_FLAGS",
+    "ModelArguments",
+    "TrainingArguments",
+    "check_arguments",
+    "parse_arguments",
+    "translate_legacy_flags",
+]

@@ -1,0 +1,244 @@
+"""Building the model to train: LLM (optionally quantized / LoRA-wrapped), tokenizer, vision tower and
+projector, and which parameters train in each stage.
+
+Stage 1 (``--tune_mm_mlp_adapter True``): everything is frozen except the projector (for Braco: the coder and
+its MLP). Stage 2: the LLM and the projector train. The vision tower is always frozen.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from typing import Any
+
+import torch
+import torch.nn as nn
+from transformers import AutoTokenizer
+
+from llava.model.language_model.llava_llama import LlavaLlamaForCausalLM
+from llava.model.multimodal_projector.builder import build_vision_projector
+
+from .arguments import DataArguments, ModelArguments, TrainingArguments
+
+logger = logging.getLogger(__name__)
+
+#: Module-name parts that LoRA never targets (upstream's rule), besides ``lm_head``.
+LORA_EXCLUDED = ("mm_projector", "vision_tower", "vision_resampler")
+PROJECTOR_CONFIG_PREFIXES = ("mm_fourier_", "mm_braco_")
+
+
+def compute_dtype(training_args: TrainingArguments) -> torch.dtype:
+    if training_args.fp16:
+        return torch.float16
+    if training_args.bf16:
+        return torch.bfloat16
+    return torch.float32
+
+
+def _quantization_kwargs(training_args: TrainingArguments) -> dict[str, Any]:
+    if training_args.bits == 16:
+        return {}
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError(f"--bits {training_args.bits} needs the bitsandbytes package; install it with 'pip install bitsandbytes'")
+    from transformers import BitsAndBytesConfig
+
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=training_args.bits == 4,
+        load_in_8bit=training_args.bits == 8,
+        llm_int8_skip_modules=["mm_projector"],
+        llm_int8_threshold=6.0,
+        llm_int8_has_fp16_weight=False,
+        bnb_4bit_compute_dtype=compute_dtype(training_args),
+        bnb_4bit_use_double_quant=training_args.double_quant,
+        bnb_4bit_quant_type=training_args.quant_type,
+    )
+    return {"quantization_config": quantization, "device_map": {"": training_args.device}, "dtype": compute_dtype(training_args)}
+
+
+def load_language_model(model_args: ModelArguments, training_args: TrainingArguments, attn_implementation: str | None) -> nn.Module:
+    """The LLM as a ``LlavaLlamaForCausalLM`` (a plain LLaMA/Vicuna checkpoint or a LLaVA checkpoint).
+
+    Weights load in float32 (as upstream under transformers 4.x), or quantized with ``--bits 4/8``; mixed
+    precision (``--bf16``/``--fp16``) is then the Trainer's or DeepSpeed's job.
+    """
+    kwargs: dict[str, Any] = {"cache_dir": training_args.cache_dir, "dtype": torch.float32}
+    kwargs.update(_quantization_kwargs(training_args))
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = LlavaLlamaForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+    model.config.use_cache = False
+    model.config.architectures = ["LlavaLlamaForCausalLM"]
+    if model_args.freeze_backbone:
+        model.model.requires_grad_(False)
+    if training_args.bits in (4, 8):
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(_checkpointing(training_args)))
+    if _checkpointing(training_args):
+        model.enable_input_require_grads()
+    return model
+
+
+def _checkpointing(training_args: TrainingArguments) -> bool:
+    return bool(getattr(training_args, "activation_checkpointing", None) or training_args.gradient_checkpointing)
+
+
+def find_all_linear_names(model: nn.Module) -> list[str]:
+    """Leaf names of the LLM's ``nn.Linear`` layers (LoRA targets), outside the projector and tower, minus ``lm_head``."""
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and not any(part in name for part in LORA_EXCLUDED)
+    }
+    names.discard("lm_head")
+    return sorted(names)
+
+
+def apply_lora(model: nn.Module, training_args: TrainingArguments) -> nn.Module:
+    """Wrap ``model`` with PEFT LoRA adapters on every LLM linear layer (``--lora_r/_alpha/_dropout/_bias``)."""
+    if importlib.util.find_spec("peft") is None:
+        raise ImportError("--lora_enable True needs the peft package; install it with 'pip install peft'")
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=training_args.lora_r,
+        lora_alpha=training_args.lora_alpha,
+        target_modules=find_all_linear_names(model),
+        lora_dropout=training_args.lora_dropout,
+        bias=training_args.lora_bias,
+        task_type="CAUSAL_LM",
+    )
+    if training_args.bits == 16 and compute_dtype(training_args) != torch.float32:
+        model.to(compute_dtype(training_args))
+    logger.info("adding LoRA adapters to %s", ", ".join(config.target_modules))
+    return get_peft_model(model, config)
+
+
+def load_tokenizer(model_args: ModelArguments, training_args: TrainingArguments) -> Any:
+    """The LLM's tokenizer, right-padded, ``model_max_length`` set; pad = unk when it has no pad (upstream)."""
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.model_name_or_path,
+        cache_dir=training_args.cache_dir,
+        model_max_length=training_args.model_max_length,
+        padding_side="right",
+        use_fast=False,
+    )
+    if tokenizer.pad_token is None:
+        if tokenizer.unk_token is None:
+            raise ValueError(f"the tokenizer of {model_args.model_name_or_path!r} has neither a pad nor an unk token to pad with")
+        tokenizer.pad_token = tokenizer.unk_token
+    return tokenizer
+
+
+def _projector_settings(config: Any) -> dict[str, Any]:
+    return {key: value for key, value in vars(config).items() if key.startswith(PROJECTOR_CONFIG_PREFIXES)}
+
+
+def setup_vision(model: nn.Module, model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, tokenizer: Any) -> Any:
+    """Attach the vision tower and projector, record upstream's training keys in the config, set what trains.
+
+    A projector that came with the checkpoint (task fine-tuning from a LLaVA model) is rebuilt from the updated
+    config when its settings changed (e.g. a new temperature schedule), keeping its weights.
+
+    Returns:
+        The vision tower's image processor.
+    """
+    base = model.get_model()
+    config = model.config
+    had_projector = getattr(base, "mm_projector", None) is not None
+    settings_before = _projector_settings(config)
+    stored_type = getattr(config, "mm_projector_type", None)
+    if had_projector and model_args.mm_projector_type != stored_type:
+        raise ValueError(
+            f"--mm_projector_type {model_args.mm_projector_type!r} does not match the projector of "
+            f"{model_args.model_name_or_path!r} ({stored_type!r}); pass --mm_projector_type {stored_type}"
+        )
+    base.initialize_vision_modules(model_args=model_args, fsdp=training_args.fsdp)
+    if had_projector and _projector_settings(config) != settings_before:
+        rebuild_projector(model)
+
+    tower = model.get_vision_tower()
+    tower.to(dtype=compute_dtype(training_args), device=training_args.device)
+    config.image_aspect_ratio = data_args.image_aspect_ratio
+    config.tokenizer_padding_side = tokenizer.padding_side
+    config.tokenizer_model_max_length = tokenizer.model_max_length
+    config.tune_mm_mlp_adapter = model_args.tune_mm_mlp_adapter
+    config.freeze_mm_mlp_adapter = training_args.freeze_mm_mlp_adapter
+    config.mm_use_im_start_end = model_args.mm_use_im_start_end
+    config.mm_projector_lr = training_args.mm_projector_lr
+    config.mm_use_im_patch_token = model_args.mm_use_im_patch_token
+
+    projector = base.mm_projector
+    if model_args.tune_mm_mlp_adapter:
+        model.requires_grad_(False)
+        projector.requires_grad_(True)
+    if training_args.freeze_mm_mlp_adapter:
+        projector.requires_grad_(False)
+    if training_args.bits in (4, 8):
+        projector.to(dtype=compute_dtype(training_args), device=training_args.device)
+    model.initialize_vision_tokenizer(model_args, tokenizer=tokenizer)
+    return tower.image_processor
+
+
+def rebuild_projector(model: nn.Module) -> None:
+    """Replace ``mm_projector`` by one built from the current config, with the same weights."""
+    base = model.get_model()
+    old = base.mm_projector
+    reference = next(old.parameters(), None)
+    new = build_vision_projector(model.config)
+    new.load_state_dict(old.state_dict(), strict=True)
+    if reference is not None:
+        new.to(device=reference.device, dtype=reference.dtype)
+    base.mm_projector = new
+    logger.info("rebuilt the checkpoint's projector with the new projector settings")
+
+
+def drop_unused_settings(config: Any, keys: list[str]) -> None:
+    """Remove config keys that were only defaults for a projector feature the model does not have."""
+    for key in keys:
+        if hasattr(config, key):
+            delattr(config, key)
+
+
+def check_deepspeed_support(model: nn.Module) -> None:
+    """Fail early, with the fix, where the installed DeepSpeed cannot initialise ``model``.
+
+    DeepSpeed 0.19.8 broadcasts every parameter as a byte view at engine start (ZeRO-1/2/3), which raises for
+    0-dimensional parameters; Braco's official layout has three (``polar_pe_scale``, ``spatial_scale``,
+    ``spatial_prior_weight``). Earlier releases (e.g. 0.19.7) broadcast the tensors themselves.
+    """
+    scalars = [name for name, param in model.named_parameters() if param.dim() == 0]
+    if not scalars or not _deepspeed_broadcasts_byte_views():
+        return
+    import deepspeed
+
+    raise RuntimeError(
+        f"DeepSpeed {deepspeed.__version__} cannot start on a model with 0-dimensional parameters (here "
+        f"{', '.join(scalars[:3])}{', ...' if len(scalars) > 3 else ''}): it broadcasts parameters as byte views; "
+        "install another release, e.g. 'pip install deepspeed==0.19.7'"
+    )
+
+
+def _deepspeed_broadcasts_byte_views() -> bool:
+    import inspect
+
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    try:
+        source = inspect.getsource(DeepSpeedEngine._broadcast_model)
+    except (OSError, TypeError):
+        return False
+    return "view(torch.uint8)" in source
+
+
+__all__ = [
+    "apply_lora",
+    "check_deepspeed_support",
+    "compute_dtype",
+    "drop_unused_settings",
+    "find_all_linear_names",
+    "load_language_model",
+    "load_tokenizer",
+    "rebuild_projector",
+    "setup_vision",
+]

@@ -1,0 +1,327 @@
+"""Training data: LLaVA conversation files, checked up front, then loaded lazily sample by sample.
+
+File format (upstream's): a JSON list (or a ``.jsonl`` file, one sample per line) of
+``{"id": ..., "image": "relative/path.jpg" (optional), "conversations": [{"from": "human", "value":
+"<image>\\nQuestion"}, {"from": "gpt", "value": "Answer"}, ...]}``; images are found under ``--image_folder``.
+
+Every record is checked before training starts (structure, ``<image>`` marker present exactly when an image
+is given, image file present), so a bad sample stops the run in seconds rather than hours in. With
+``--skip_bad_samples True`` bad records are dropped instead, and the count per reason is logged. Images are
+decoded and conversations tokenized only when a sample is drawn (lazy loading).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX
+from llava.conversation import Conversation
+from llava.mm_utils import process_images
+
+from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
+
+logger = logging.getLogger(__name__)
+
+#: Upstream's length estimate for a sample with an image: its word count plus this many.
+IMAGE_LENGTH_BONUS = 128
+
+
+class BadSample(ValueError):
+    """A training record that cannot be used; ``reason`` is a short key for counting."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_records(path: str | os.PathLike[str]) -> list[Any]:
+    """The records of a JSON list file or a ``.jsonl`` file (blank lines skipped).
+
+    Raises:
+        ValueError: If the file is missing, is not valid JSON (naming the line), or is not a list.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"--data_path {path!r} does not exist")
+    with open(path, encoding="utf-8") as handle:
+        if path.endswith(".jsonl"):
+            return _read_jsonl(handle, path)
+        try:
+            records = json.load(handle)
+        except json.JSONDecodeError as error:
+            hint = " (one sample per line? name the file .jsonl)" if error.msg == "Extra data" else ""
+            raise ValueError(
+                f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}{hint}"
+            ) from None
+    if not isinstance(records, list):
+        raise ValueError(f"{path} holds a JSON {type(records).__name__}; expected a list of samples")
+    return records
+
+
+def _read_jsonl(handle: Any, path: str) -> list[Any]:
+    records = []
+    for number, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: line {number} is not valid JSON ({error.msg} at column {error.colno})") from None
+    return records
+
+
+# ---------------------------------------------------------------------------------------------- checking
+
+
+def record_turns(record: Any) -> list[Turn]:
+    """``[(speaker, text), ...]`` of a record.
+
+    Raises:
+        BadSample: If the record has no usable ``conversations`` list.
+    """
+    if not isinstance(record, dict):
+        raise BadSample("not_an_object", f"is a JSON {type(record).__name__}, not an object")
+    conversations = record.get("conversations")
+    if not isinstance(conversations, list) or not conversations:
+        raise BadSample("no_conversations", "has no non-empty 'conversations' list")
+    turns = []
+    for index, turn in enumerate(conversations):
+        speaker = turn.get("from") if isinstance(turn, dict) else None
+        text = turn.get("value") if isinstance(turn, dict) else None
+        if speaker not in (HUMAN, GPT):
+            raise BadSample("bad_turn", f"turn {index} has 'from' {speaker!r}; expected 'human' or 'gpt'")
+        if not isinstance(text, str) or not text.strip():
+            raise BadSample("bad_turn", f"turn {index} has no text in 'value'")
+        turns.append((speaker, text))
+    return turns
+
+
+def image_path(record: dict[str, Any], image_folder: str | None) -> str | None:
+    """The image file of a record (joined to ``image_folder``), or ``None`` for a text-only record."""
+    image = record.get("image")
+    if image is None:
+        return None
+    if not isinstance(image, str) or not image:
+        raise BadSample("bad_image_field", f"has 'image' {image!r}; expected one file name")
+    return os.path.join(image_folder or "", image)
+
+
+def check_record(record: Any, image_folder: str | None, multimodal: bool, conv: Conversation | None = None) -> None:
+    """Raise :class:`BadSample` if ``record`` cannot be trained on (see the module docstring).
+
+    With ``conv``, the conversation must also fit that template (turn order; two turns for ``plain``).
+    """
+    turns = record_turns(record)
+    if conv is not None:
+        try:
+            render(turns, conv)
+        except ValueError as error:
+            raise BadSample("template", f"does not fit the training template: {error}") from None
+    has_marker = any(DEFAULT_IMAGE_TOKEN in text for _, text in turns)
+    path = image_path(record, image_folder)
+    if path is None:
+        if has_marker:
+            raise BadSample("marker_without_image", "has '<image>' in its conversation but no 'image'")
+        return
+    if not multimodal:
+        raise BadSample("image_without_tower", f"has image {record['image']!r} but no --vision_tower was given")
+    if not has_marker:
+        raise BadSample("image_without_marker", "has an image but no '<image>' marker in its conversation")
+    if not os.path.isfile(path):
+        raise BadSample("missing_image", f"image file {path!r} does not exist")
+
+
+def _describe(index: int, record: Any) -> str:
+    sample_id = record.get("id") if isinstance(record, dict) else None
+    return f"sample {index}" + (f" (id {sample_id!r})" if sample_id is not None else "")
+
+
+@dataclass
+class DataReport:
+    """What :func:`load_training_records` kept and dropped."""
+
+    path: str
+    total: int
+    kept: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.skipped.items()))
+        return f"{self.path}: kept {self.kept} of {self.total} samples" + (f"; skipped {reasons}" if reasons else "")
+
+
+def load_training_records(
+    path: str, image_folder: str | None, *, multimodal: bool, conv: Conversation | None = None, skip_bad: bool = False
+) -> tuple[list[dict[str, Any]], DataReport]:
+    """Read and check every record (:func:`check_record`); stop at the first bad one, or drop bad ones when ``skip_bad``.
+
+    Raises:
+        ValueError: For a bad record (unless ``skip_bad``), or when no usable record is left.
+    """
+    records = read_records(path)
+    report = DataReport(path=os.fspath(path), total=len(records))
+    if not records:
+        raise ValueError(f"{path} holds no training samples")
+    kept = []
+    for index, record in enumerate(tqdm(records, desc="checking samples", disable=len(records) < 10_000)):
+        try:
+            check_record(record, image_folder, multimodal, conv)
+        except BadSample as bad:
+            if not skip_bad:
+                raise ValueError(
+                    f"{path}: {_describe(index, record)} {bad}; fix it or pass --skip_bad_samples True to drop such samples"
+                ) from None
+            report.skipped[bad.reason] += 1
+            report.examples.setdefault(bad.reason, f"{_describe(index, record)} {bad}")
+            continue
+        kept.append(record)
+    report.kept = len(kept)
+    if report.skipped:
+        logger.warning("%s (first of each: %s)", report.summary(), "; ".join(report.examples.values()))
+    if not kept:
+        raise ValueError(f"{path}: no usable training samples left ({report.summary()})")
+    return kept, report
+
+
+# ---------------------------------------------------------------------------------------------- dataset
+
+
+class LazySupervisedDataset(Dataset):
+    """Checked records → ``{"input_ids": [T], "labels": [T]}`` plus ``"image": [3, H, W]`` for image samples.
+
+    Args:
+        records: From :func:`load_training_records`.
+        tokenizer: The LLM's tokenizer (offsets needed, see :mod:`llava.train.preprocess`).
+        conv: The training template (:func:`llava.train.preprocess.conversation_template`).
+        image_folder: Root of the records' ``image`` paths.
+        image_processor: The vision tower's processor; ``None`` for text-only training.
+        image_aspect_ratio: ``"pad"`` (pad to square with the mean colour first) or ``"square"``.
+        mm_use_im_start_end: Wrap ``<image>`` in start/end tokens.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[dict[str, Any]],
+        tokenizer: Any,
+        conv: Conversation,
+        *,
+        image_folder: str | None = None,
+        image_processor: Any = None,
+        image_aspect_ratio: str = "square",
+        mm_use_im_start_end: bool = False,
+    ) -> None:
+        self.records = list(records)
+        self.tokenizer = tokenizer
+        self.conv = conv
+        self.image_folder = image_folder
+        self.image_processor = image_processor
+        self.aspect = SimpleNamespace(image_aspect_ratio=image_aspect_ratio)
+        self.mm_use_im_start_end = mm_use_im_start_end
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _words(self, record: dict[str, Any]) -> int:
+        return max(sum(len(turn["value"].split()) for turn in record["conversations"]), 1)
+
+    @property
+    def lengths(self) -> list[int]:
+        """Upstream's length estimate: words, plus 128 for a sample with an image."""
+        return [self._words(r) + (IMAGE_LENGTH_BONUS if "image" in r else 0) for r in self.records]
+
+    @property
+    def modality_lengths(self) -> list[int]:
+        """Words, negated for text-only samples (``group_by_modality_length`` keeps the signs apart)."""
+        return [self._words(r) if "image" in r else -self._words(r) for r in self.records]
+
+    @property
+    def multimodal(self) -> bool:
+        return self.image_processor is not None
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        record = self.records[index]
+        turns = record_turns(record)
+        if self.multimodal:
+            turns = preprocess_multimodal(
+                turns, mm_use_im_start_end=self.mm_use_im_start_end, mmtag="mmtag" in self.conv.version
+            )
+        try:
+            sample = preprocess(turns, self.tokenizer, self.conv)
+        except ValueError as error:
+            raise ValueError(f"{_describe(index, record)}: {error}") from None
+        path = image_path(record, self.image_folder) if self.multimodal else None
+        if path is not None:
+            sample["image"] = self.load_image(path, index, record)
+        return sample
+
+    def load_image(self, path: str, index: int, record: dict[str, Any]) -> torch.Tensor:
+        """``[3, H, W]`` pixels, processed as at inference (``process_images``)."""
+        try:
+            with Image.open(path) as opened:
+                image = opened.convert("RGB")
+        except (OSError, UnidentifiedImageError) as error:
+            raise ValueError(f"{_describe(index, record)}: cannot read image {path!r} ({error})") from None
+        return process_images([image], self.image_processor, self.aspect)[0]
+
+
+# ---------------------------------------------------------------------------------------------- batching
+
+
+@dataclass
+class DataCollatorForSupervisedDataset:
+    """Right-pad ids (pad token) and labels (``IGNORE_INDEX``), truncate both to ``model_max_length``, stack images.
+
+    The attention mask marks each sample's real tokens (upstream used ``ids != pad``, which also hides any
+    ``<unk>`` inside a text, because pad is unk). In a batch that mixes image and text-only samples, each
+    text-only sample gets an all-zero stand-in image, which the model consumes and drops (as upstream); a batch
+    with no image sample carries no images.
+    """
+
+    pad_token_id: int
+    model_max_length: int
+
+    def __call__(self, instances: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
+        lengths = [min(len(item["input_ids"]), self.model_max_length) for item in instances]
+        width = max(lengths)
+        input_ids = torch.full((len(instances), width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(instances), width), IGNORE_INDEX, dtype=torch.long)
+        attention_mask = torch.zeros((len(instances), width), dtype=torch.bool)
+        for row, (item, length) in enumerate(zip(instances, lengths)):
+            input_ids[row, :length] = item["input_ids"][:length]
+            labels[row, :length] = item["labels"][:length]
+            attention_mask[row, :length] = True
+        batch: dict[str, Any] = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+        real = [item["image"] for item in instances if "image" in item]
+        if real:
+            images = [item["image"] if "image" in item else torch.zeros_like(real[0]) for item in instances]
+            same = all(image.shape == images[0].shape for image in images)
+            batch["images"] = torch.stack(images) if same else images
+        return batch
+
+
+__all__ = [
+    "BadSample",
+    "DataCollatorForSupervisedDataset",
+    "DataReport",
+    "LazySupervisedDataset",
+    "check_record",
+    "load_training_records",
+    "read_records",
+    "record_turns",
+]

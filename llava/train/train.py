@@ -1,0 +1,142 @@
+"""Train LLaVA with upstream's command line (both stages, LoRA, DeepSpeed) on transformers 5.
+
+Stage 1 (projector pre-training)::
+
+    deepspeed llava/train/train_mem.py --deepspeed ./scripts/zero2.json \\
+        --model_name_or_path lmsys/vicuna-7b-v1.5 --version plain \\
+        --data_path ./playground/data/LLaVA-Pretrain/blip_laion_cc_sbu_558k.json \\
+        --image_folder ./playground/data/LLaVA-Pretrain/images \\
+        --vision_tower openai/clip-vit-large-patch14-336 --mm_projector_type braco_k16 \\
+        --tune_mm_mlp_adapter True --mm_vision_select_layer -2 ... --output_dir ./checkpoints/llava-v1.5-7b-pretrain
+
+Stage 2 loads the stage-1 ``mm_projector.bin`` with ``--pretrain_mm_mlp_adapter`` and trains the LLM too
+(``--version v1``). See docs/TRAINING.md for the flags and what each stage writes.
+
+Order of work: arguments, then every training record is checked (so bad data fails before a model is
+loaded), the temperature schedule is resolved (:mod:`llava.train.recipe`), the model is built
+(:mod:`llava.train.model_setup`), callbacks that the model's projector registered are added
+(:mod:`llava.train.train_callbacks`), and training runs, resuming from the last ``checkpoint-*`` in
+``--output_dir`` if there is one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer, enable_full_determinism, set_seed
+
+from llava.model.multimodal_projector.builder import list_projectors
+from llava.utils import setup_logging
+
+from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
+from .llava_trainer import LLaVATrainer
+from .model_setup import (
+    apply_lora,
+    check_deepspeed_support,
+    drop_unused_settings,
+    load_language_model,
+    load_tokenizer,
+    setup_vision,
+)
+from .preprocess import conversation_template
+from .recipe import planned_optimizer_steps, resolve_temperature_schedule
+from .saving import llava_config
+from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records
+from .train_callbacks import callbacks_for_model
+
+logger = logging.getLogger(__name__)
+
+
+def _resume_point(output_dir: str, requested: str | None) -> str | bool | None:
+    """``--resume_from_checkpoint`` if given, else True when ``output_dir`` holds a ``checkpoint-*`` (upstream)."""
+    if requested:
+        return requested
+    if any(path.is_dir() for path in Path(output_dir).glob("checkpoint-*")):
+        logger.info("resuming from the last checkpoint in %s", output_dir)
+        return True
+    return None
+
+
+def build_model(
+    model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, attn_implementation: str | None
+) -> tuple[Any, Any, Any]:
+    """``(model, tokenizer, image processor or None)`` ready to train, seeded from ``--seed`` first so that new
+    modules (the projector) start the same in every run, and a resumed run matches an uninterrupted one."""
+    if training_args.full_determinism:
+        enable_full_determinism(training_args.seed)
+    else:
+        set_seed(training_args.seed)
+    model = load_language_model(model_args, training_args, attn_implementation)
+    if training_args.lora_enable:
+        model = apply_lora(model, training_args)
+    tokenizer = load_tokenizer(model_args, training_args)
+    image_processor = None
+    if model_args.vision_tower is not None:
+        image_processor = setup_vision(model, model_args, data_args, training_args, tokenizer)
+    if training_args.deepspeed:
+        check_deepspeed_support(model)
+    return model, tokenizer, image_processor
+
+
+def train(attn_implementation: str | None = None, argv: Sequence[str] | None = None) -> Trainer:
+    """Run one training stage from command-line arguments (``sys.argv[1:]`` when ``argv`` is None).
+
+    Args:
+        attn_implementation: transformers attention backend for the LLM (``"flash_attention_2"``,
+            ``"sdpa"``, ``"eager"``); ``None`` keeps transformers' default.
+        argv: The arguments, as on the command line.
+
+    Returns:
+        The trainer, after training and saving.
+    """
+    setup_logging()
+    model_args, data_args, training_args = parse_arguments(argv)
+    conv = conversation_template(model_args.version)
+    records, _ = load_training_records(
+        data_args.data_path, data_args.image_folder, multimodal=model_args.vision_tower is not None, conv=conv,
+        skip_bad=data_args.skip_bad_samples,
+    )
+    total_steps = planned_optimizer_steps(len(records), training_args)
+    model_args, defaulted = resolve_temperature_schedule(model_args, total_steps)
+
+    model, tokenizer, image_processor = build_model(model_args, data_args, training_args, attn_implementation)
+    list_projectors()  # imports projector plugins, which register their training callbacks
+    callbacks = callbacks_for_model(model)
+    if not callbacks:
+        drop_unused_settings(llava_config(model), defaulted)
+    logger.info("training %s for %d optimizer steps; callbacks: %s", model_args.model_name_or_path, total_steps,
+                ", ".join(type(callback).__name__ for callback in callbacks) or "none")
+
+    dataset = LazySupervisedDataset(
+        records, tokenizer, conv, image_folder=data_args.image_folder, image_processor=image_processor,
+        image_aspect_ratio=data_args.image_aspect_ratio, mm_use_im_start_end=model_args.mm_use_im_start_end,
+    )
+    save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
+    trainer = LLaVATrainer(
+        model=model,
+        args=training_args,
+        train_dataset=dataset,
+        data_collator=DataCollatorForSupervisedDataset(tokenizer.pad_token_id, tokenizer.model_max_length),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        save_mode=save_mode,
+        save_embeddings=model_args.mm_use_im_start_end,
+    )
+    trainer.train(resume_from_checkpoint=_resume_point(training_args.output_dir, training_args.resume_from_checkpoint))
+    trainer.save_state()
+    llava_config(model).use_cache = True
+    trainer.save_model(training_args.output_dir)
+    logger.info("saved the %s model to %s", save_mode, os.path.abspath(training_args.output_dir))
+    return trainer
+
+
+def main(argv: Sequence[str] | None = None) -> Trainer:
+    return train(argv=argv)
+
+
+if __name__ == "__main__":
+    main()

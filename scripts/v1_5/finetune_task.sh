@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Fine-tune a trained LLaVA-1.5 checkpoint on your own task data (set --data_path / --image_folder).
+# For a Braco checkpoint pass its projector type (e.g. --mm_projector_type braco_k16); its temperature
+# schedule restarts for this run (cosine 1.2 -> 0.8 over the run).
+source "$(dirname "$0")/_common.sh"
+
+launch deepspeed llava/train/train_mem.py \
+    --deepspeed ./scripts/zero3.json \
+    --model_name_or_path liuhaotian/llava-v1.5-13b \
+    --version v1 \
+    --data_path ./playground/data/llava_v1_5_mix665k.json \
+    --image_folder ./playground/data \
+    --mm_projector_type mlp2x_gelu \
+    --image_aspect_ratio pad \
+    --group_by_modality_length True \
+    "${COMMON_FLAGS[@]}" \
+    --output_dir ./checkpoints/llava-v1.5-13b-task \
+    --per_device_train_batch_size 16 \
+    --gradient_accumulation_steps 1 \
+    --save_steps 50000 \
+    --save_total_limit 1 \
+    --learning_rate 2e-5 \
+    --report_to wandb \
+    "$@"
