@@ -29,7 +29,7 @@ test: install
 	$(BIN)/python -m pytest -q tests
 
 bench: install
-	$(BIN)/python benchmarks/coder.py --json outputs/bench_coder.json
+	$(BIN)/braco cost --measure --device cpu --parts boundary --json outputs/bench_boundary.json
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

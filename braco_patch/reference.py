@@ -1,7 +1,7 @@
 """The official Braco computation, step by step on the full lattice (braco-official §1).
 
 This is a second, deliberately straightforward implementation used as the parity reference in tests and
-as the baseline in ``benchmarks/coder.py`` and ``braco cost``. It follows the official order of operations:
+as the baseline in ``braco cost --measure``. It follows the official order of operations:
 the N x N DCT-II matrix built in the input's dtype, the full two-sided transform ``(D X) Dᵀ`` of every
 channel, the polar embedding computed over the whole N x N frequency lattice and added before truncation,
 truncation to ``C x C``, the optional size-C inverse DCT, and the residual branch with the temperature read
