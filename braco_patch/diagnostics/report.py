@@ -64,6 +64,17 @@ def write_csv(path: Path, rows: Sequence[dict]) -> Path:
     return path
 
 
+def _save(plt, fig, path: Path, title: str, *, tight: bool = True) -> Path:
+    """Title, layout, write the PNG, free the figure."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_energy_curves(path: Path, structured: dict, magnitude: dict, *, max_k: int, title: str = "") -> Path:
     plt = _pyplot()
     panels = [("Structured truncation", structured)] + ([("Magnitude truncation (per sample)", magnitude)] if magnitude else [])
@@ -78,12 +89,7 @@ def plot_energy_curves(path: Path, structured: dict, magnitude: dict, *, max_k: 
         ax.set_title(name)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def plot_energy_maps(path: Path, maps: dict, *, blocks: Sequence[int] = (), title: str = "") -> Path:
@@ -104,11 +110,7 @@ def plot_energy_maps(path: Path, maps: dict, *, blocks: Sequence[int] = (), titl
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="energy share")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title, tight=False)
 
 
 def plot_probe_curves(path: Path, result, *, title: str = "") -> Path:
@@ -129,12 +131,7 @@ def plot_probe_curves(path: Path, result, *, title: str = "") -> Path:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def plot_crossover(path: Path, scans: Sequence[list], stars: Sequence[int | None], *, beta: float, title: str = "") -> Path:
@@ -155,12 +152,7 @@ def plot_crossover(path: Path, scans: Sequence[list], stars: Sequence[int | None
     ax.set_title("idct preferred where Δ_st/K_b² < β ρ_C (vertical: K_b*)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 # --------------------------------------------------------------------------------------------- printed summaries
