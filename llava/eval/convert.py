@@ -21,8 +21,9 @@ import argparse
 import json
 import logging
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from llava.eval.files import read_json, read_jsonl, read_jsonl_lenient, write_json, write_score
 from llava.eval.m4c_evaluator import EvalAIAnswerProcessor
@@ -48,13 +49,18 @@ def convert_gqa(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> lis
     return predictions
 
 
-def gqa_main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    parser = _parser("Convert a GQA answers file for GQA's official eval.py.")
+def _src_dst_main(description: str, convert: Callable[[str, str], Any], argv: Sequence[str] | None) -> Any:
+    """Command line of the converters that take ``--src ANSWERS --dst OUTPUT`` (upstream's flags)."""
+    parser = _parser(description)
     parser.add_argument("--src", type=str, required=True)
     parser.add_argument("--dst", type=str, required=True)
     args = parser.parse_args(argv)
     setup_logging()
-    return convert_gqa(args.src, args.dst)
+    return convert(args.src, args.dst)
+
+
+def gqa_main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    return _src_dst_main("Convert a GQA answers file for GQA's official eval.py.", convert_gqa, argv)
 
 
 # ------------------------------------------------------------------------------------------------ MM-Vet
@@ -68,12 +74,7 @@ def convert_mmvet(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> d
 
 
 def mmvet_main(argv: Sequence[str] | None = None) -> dict[str, str]:
-    parser = _parser("Convert an MM-Vet answers file for the MM-Vet GPT-4 grader.")
-    parser.add_argument("--src", type=str, required=True)
-    parser.add_argument("--dst", type=str, required=True)
-    args = parser.parse_args(argv)
-    setup_logging()
-    return convert_mmvet(args.src, args.dst)
+    return _src_dst_main("Convert an MM-Vet answers file for the MM-Vet GPT-4 grader.", convert_mmvet, argv)
 
 
 # ------------------------------------------------------------------------------------------------ VQAv2
