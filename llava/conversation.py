@@ -571,9 +571,10 @@ conv_templates: dict[str, Conversation] = {
 # ---------------------------------------------------------------------- model name -> template
 
 # Upstream's rules (run_llava, cli, the web server), first match wins, on the lower-cased model name; a Qwen
-# name gets LLaVA-NeXT's ChatML template (the key LLaVA-OneVision's eval docs use).
-_ANY_NAME_RULES: tuple[tuple[str, str], ...] = (("qwen", "qwen_1_5"),)
+# name gets LLaVA-NeXT's ChatML template first (the key LLaVA-OneVision's eval docs use).
+_QWEN_RULE = ("qwen", "qwen_1_5")
 _LLAVA_NAME_RULES: tuple[tuple[str, str], ...] = (
+    _QWEN_RULE,
     ("llama-2", "llava_llama_2"),
     ("hermes", "chatml_direct"),  # Nous-Hermes bases (LLaVA-1.6-34B) speak ChatML
     ("mistral", "mistral_instruct"),
@@ -582,7 +583,7 @@ _LLAVA_NAME_RULES: tuple[tuple[str, str], ...] = (
     ("v1", "llava_v1"),
     ("mpt", "mpt"),
 )
-_LANGUAGE_MODEL_NAME_RULES: tuple[tuple[str, str], ...] = (("mpt", "mpt"), ("llama-2", "llama_2"))
+_LANGUAGE_MODEL_NAME_RULES: tuple[tuple[str, str], ...] = (_QWEN_RULE, ("mpt", "mpt"), ("llama-2", "llama_2"))
 # Stage-1 ("plain", not "finetune") and "mmtag" checkpoints mark images with <Image></Image>.
 _MMTAG_VARIANTS = {"llava_v1": "v1_mmtag", "llava_v0": "v0_mmtag"}
 
@@ -611,9 +612,6 @@ def template_for_model(model_name: str) -> str:
         A key of ``conv_templates``.
     """
     name = model_name.lower()
-    template = _first_match(name, _ANY_NAME_RULES, "")
-    if template:
-        return template
     if "llava" not in name:
         return _first_match(name, _LANGUAGE_MODEL_NAME_RULES, "vicuna_v1")
     template = _first_match(name, _LLAVA_NAME_RULES, "llava_v0")
