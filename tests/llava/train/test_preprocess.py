@@ -270,3 +270,21 @@ def test_image_marker_moves_to_the_front_and_wraps():
     assert preprocess_multimodal([("human", "What is it?\n<image>")]) == [("human", "<image>\nWhat is it?")]
     assert preprocess_multimodal([("human", "<image> Hi")], mm_use_im_start_end=True) == [("human", "<im_start><image><im_end>\nHi")]
     assert preprocess_multimodal([("human", "<image>Hi")], mmtag=True) == [("human", "<Image><image></Image>\nHi")]
+
+
+@pytest.mark.parametrize("version", ["llava_llama_2", "v0"])
+def test_a_newly_trainable_template_trains(tmp_path, tiny_base_llm, tiny_tower_dir, train_data, version):
+    """One projector-only pass over the chat data through ``llava.train.train`` with the template's masks."""
+    import math
+
+    from llava.train.train import train
+
+    from .conftest import stage2_flags
+
+    adapter = tmp_path / "none.bin"
+    argv = stage2_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", tmp_path / "out", adapter)
+    argv = [flag for flag in argv if flag not in ("--pretrain_mm_mlp_adapter", str(adapter))]
+    argv[argv.index("--version") + 1] = version
+    trainer = train(argv=argv + ["--tune_mm_mlp_adapter", "True", "--max_steps", "2"])
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 2 and all(math.isfinite(loss) and loss > 0 for loss in losses)
