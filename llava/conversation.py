@@ -1,14 +1,18 @@
 """Chat templates: how a conversation is rendered into the prompt string a LLaVA model was trained on.
 
 A :class:`Conversation` holds a system text, two role names and a list of ``[role, message]`` turns.
-``get_prompt`` renders them in one of five separator styles (:class:`SeparatorStyle`); a ``None``
+``get_prompt`` renders them in one of six separator styles (:class:`SeparatorStyle`); a ``None``
 message is an open turn, i.e. the place where the model continues. The gradio demo stores the first
 user turn as a tuple ``(text, PIL image, image_process_mode)``; it renders as ``"<image>\\n" + text``.
 
-``conv_templates`` holds upstream LLaVA's templates under upstream's keys, with the same system texts,
-roles, separators and version strings, so that prompts (and therefore token ids) match checkpoints
-trained with upstream code. The templates are shared objects: always ``.copy()`` one before appending
-messages.
+``conv_templates`` holds upstream LLaVA's templates under upstream's keys, plus LLaVA-NeXT's ChatML
+templates for Qwen (``qwen_1_5``, ``qwen_2``, ``qwen_2_5``), with the same system texts, roles, separators
+and version strings, so that prompts (and therefore token ids) match checkpoints trained with upstream
+code. The templates are shared objects: always ``.copy()`` one before appending messages.
+
+:func:`template_for_model` is the one place that picks a template from a model name (eval, serve and
+``run_llava`` all call it), and :func:`check_template_fits` refuses a template whose special tokens the
+tokenizer lacks (a ChatML template on a LLaMA tokenizer, a ``</s>`` template on a Qwen tokenizer).
 
 Example::
 
@@ -22,9 +26,11 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import logging
 from enum import Enum, auto
 from io import BytesIO
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 from llava.constants import DEFAULT_IMAGE_TOKEN
 
@@ -36,6 +42,8 @@ ImageMessage = tuple[str, "Image.Image", str]
 Message = Union[str, ImageMessage, None]
 
 IMAGE_PROCESS_MODES: tuple[str, ...] = ("Pad", "Crop", "Resize", "Default")
+
+logger = logging.getLogger(__name__)
 
 # Fill colour of the demo's "Pad" mode: the CLIP image mean scaled to 0-255.
 _PAD_COLOR = (122, 116, 104)
@@ -51,6 +59,7 @@ class SeparatorStyle(Enum):
     MPT = auto()
     PLAIN = auto()
     LLAMA_2 = auto()
+    CHATML = auto()
 
 
 def _message_text(message: Message) -> str | None:
@@ -73,8 +82,10 @@ class Conversation:
         sep_style: Rendering style.
         sep: Main separator.
         sep2: Second separator (after assistant turns in ``TWO``/``LLAMA_2``/``PLAIN``).
-        version: Template version string; the training code dispatches on it.
+        version: Template version string (upstream's; ``mmtag`` in it changes how images are marked).
         skip_next: Set by the demo when the next generation request should be skipped.
+        required_tokens: Strings of the template that the tokenizer must encode as one token each (the
+            separators that end turns, ChatML's role markers); see :func:`check_template_fits`.
     """
 
     system: str
@@ -86,6 +97,7 @@ class Conversation:
     sep2: str | None = None
     version: str = "Unknown"
     skip_next: bool = False
+    required_tokens: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ prompt rendering
 
@@ -119,6 +131,8 @@ class Conversation:
           ``<<SYS>>`` block when the system text is non-empty) preceded by ``sep`` except at the
           very start, assistant turns as ``" msg " + sep2``; open turns add nothing.
         * ``PLAIN``: ``system``, then each message followed by ``sep`` (user) or ``sep2`` (assistant).
+        * ``CHATML`` (LLaVA-NeXT's Qwen style): ``system + sep + "\\n"`` (nothing for an empty system),
+          then ``role + "\\n" + msg + sep + "\\n"``; open turn ``role + "\\n"``.
 
         Returns:
             The prompt string.
@@ -126,21 +140,7 @@ class Conversation:
         Raises:
             ValueError: For a ``LLAMA_2`` conversation whose first turn is open or not from the user.
         """
-        turns = self._turns()
-        style = self.sep_style
-        if style is SeparatorStyle.SINGLE:
-            return self._render_single(turns)
-        if style is SeparatorStyle.TWO:
-            return self._render_two(turns)
-        if style is SeparatorStyle.MPT:
-            return self._render_mpt(turns)
-        if style is SeparatorStyle.LLAMA_2:
-            return self._render_llama_2(turns)
-        if style is SeparatorStyle.PLAIN:
-            return self._render_plain(turns)
-        raise ValueError(
-            f"unknown separator style {style!r}; expected one of {[s.name for s in SeparatorStyle]}"
-        )
+        return _PROMPT_RENDERERS[self.sep_style](self, self._turns())
 
     def _second_sep(self) -> str:
         # Upstream leaves sep2 unset for PLAIN; it is used as "\n" there, so fall back to sep.
@@ -197,6 +197,12 @@ class Conversation:
         for index, (_, text) in enumerate(turns):
             if text:
                 parts.append(text + seps[index % 2])
+        return "".join(parts)
+
+    def _render_chatml(self, turns: Sequence[tuple[str, str | None]]) -> str:
+        parts = [f"{self.system}{self.sep}\n"] if self.system else []
+        for role, text in turns:
+            parts.append(f"{role}\n{text}{self.sep}\n" if text else f"{role}\n")
         return "".join(parts)
 
     # ------------------------------------------------------------------ editing
@@ -314,7 +320,21 @@ class Conversation:
         }
 
 
+_PROMPT_RENDERERS: dict[SeparatorStyle, Callable[[Conversation, Sequence[tuple[str, str | None]]], str]] = {
+    SeparatorStyle.SINGLE: Conversation._render_single,
+    SeparatorStyle.TWO: Conversation._render_two,
+    SeparatorStyle.MPT: Conversation._render_mpt,
+    SeparatorStyle.LLAMA_2: Conversation._render_llama_2,
+    SeparatorStyle.PLAIN: Conversation._render_plain,
+    SeparatorStyle.CHATML: Conversation._render_chatml,
+}
+
+
 # ---------------------------------------------------------------------- templates
+
+# LLaMA's sentence markers (the TWO and LLAMA_2 separators) and ChatML's role markers: each must be one token.
+_BOS, _EOS = "<s>", "</s>"
+_CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 _HUMAN_SYSTEM = (
     "A chat between a curious human and an artificial intelligence assistant. "
@@ -389,6 +409,7 @@ conv_vicuna_v1 = Conversation(
     sep=" ",
     sep2="</s>",
     version="v1",
+    required_tokens=(_EOS,),
 )
 
 conv_llama_2 = Conversation(
@@ -400,6 +421,7 @@ conv_llama_2 = Conversation(
     sep="<s>",
     sep2="</s>",
     version="llama_v2",
+    required_tokens=(_BOS, _EOS),
 )
 
 conv_llava_llama_2 = Conversation(
@@ -411,6 +433,7 @@ conv_llava_llama_2 = Conversation(
     sep="<s>",
     sep2="</s>",
     version="llama_v2",
+    required_tokens=(_BOS, _EOS),
 )
 
 conv_mistral_instruct = Conversation(
@@ -422,6 +445,7 @@ conv_mistral_instruct = Conversation(
     sep="",
     sep2="</s>",
     version="llama_v2",
+    required_tokens=(_EOS,),
 )
 
 conv_mpt = Conversation(
@@ -436,6 +460,7 @@ conv_mpt = Conversation(
     sep_style=SeparatorStyle.MPT,
     sep="<|im_end|>",
     version="mpt",
+    required_tokens=_CHATML_TOKENS,
 )
 
 conv_chatml_direct = Conversation(
@@ -446,6 +471,24 @@ conv_chatml_direct = Conversation(
     sep_style=SeparatorStyle.MPT,
     sep="<|im_end|>",
     version="mpt",
+    required_tokens=_CHATML_TOKENS,
+)
+
+# LLaVA-NeXT's Qwen template (keys qwen_1_5 and qwen_2); qwen_2_5 differs only in its system text.
+conv_qwen = Conversation(
+    system="<|im_start|>system\nYou are a helpful assistant.",
+    roles=("<|im_start|>user", "<|im_start|>assistant"),
+    messages=(),
+    offset=0,
+    sep_style=SeparatorStyle.CHATML,
+    sep="<|im_end|>",
+    version="qwen",
+    required_tokens=_CHATML_TOKENS,
+)
+
+conv_qwen_2_5 = dataclasses.replace(
+    conv_qwen,
+    system="<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
 )
 
 conv_llava_plain = Conversation(
@@ -485,6 +528,7 @@ conv_llava_v1 = Conversation(
     sep=" ",
     sep2="</s>",
     version="v1",
+    required_tokens=(_EOS,),
 )
 
 conv_llava_v1_mmtag = Conversation(
@@ -496,6 +540,7 @@ conv_llava_v1_mmtag = Conversation(
     sep=" ",
     sep2="</s>",
     version="v1_mmtag",
+    required_tokens=(_EOS,),
 )
 
 default_conversation = conv_vicuna_v1
@@ -516,13 +561,141 @@ conv_templates: dict[str, Conversation] = {
     "llava_v1": conv_llava_v1,
     "v1_mmtag": conv_llava_v1_mmtag,
     "llava_llama_2": conv_llava_llama_2,
+    "llava_mistral_instruct": conv_mistral_instruct,
     "mpt": conv_mpt,
+    "qwen_1_5": conv_qwen,
+    "qwen_2": conv_qwen,
+    "qwen_2_5": conv_qwen_2_5,
 }
+
+# ---------------------------------------------------------------------- model name -> template
+
+# Upstream's rules (run_llava, cli, the web server), first match wins, on the lower-cased model name; a Qwen
+# name gets LLaVA-NeXT's ChatML template first (the key LLaVA-OneVision's eval docs use).
+_QWEN_RULE = ("qwen", "qwen_1_5")
+_LLAVA_NAME_RULES: tuple[tuple[str, str], ...] = (
+    _QWEN_RULE,
+    ("llama-2", "llava_llama_2"),
+    ("hermes", "chatml_direct"),  # Nous-Hermes bases (LLaVA-1.6-34B) speak ChatML
+    ("mistral", "mistral_instruct"),
+    ("mixtral", "mistral_instruct"),
+    ("v1.6-34b", "chatml_direct"),
+    ("v1", "llava_v1"),
+    ("mpt", "mpt"),
+)
+_LANGUAGE_MODEL_NAME_RULES: tuple[tuple[str, str], ...] = (_QWEN_RULE, ("mpt", "mpt"), ("llama-2", "llama_2"))
+# Stage-1 ("plain", not "finetune") and "mmtag" checkpoints mark images with <Image></Image>.
+_MMTAG_VARIANTS = {"llava_v1": "v1_mmtag", "llava_v0": "v0_mmtag"}
+
+
+def _first_match(name: str, rules: Sequence[tuple[str, str]], default: str) -> str:
+    return next((template for part, template in rules if part in name), default)
+
+
+def _is_stage1_name(name: str) -> bool:
+    return "mmtag" in name or ("plain" in name and "finetune" not in name)
+
+
+def template_for_model(model_name: str) -> str:
+    """The conversation template a model was trained with, from its name (upstream's rules).
+
+    ``qwen`` anywhere: ``qwen_1_5``. A LLaVA name (``llava`` in it): ``llama-2`` -> ``llava_llama_2``,
+    ``hermes`` -> ``chatml_direct``, ``mistral``/``mixtral`` -> ``mistral_instruct``, ``v1.6-34b`` ->
+    ``chatml_direct``, ``v1`` -> ``llava_v1``, ``mpt`` -> ``mpt``, else ``llava_v0``; stage-1 (``plain``
+    without ``finetune``) and ``mmtag`` names get the ``_mmtag`` variant. Other names (plain language
+    models): ``mpt`` -> ``mpt``, ``llama-2`` -> ``llama_2``, else ``vicuna_v1``.
+
+    Args:
+        model_name: As :func:`llava.mm_utils.get_model_name_from_path` returns it.
+
+    Returns:
+        A key of ``conv_templates``.
+    """
+    name = model_name.lower()
+    if "llava" not in name:
+        return _first_match(name, _LANGUAGE_MODEL_NAME_RULES, "vicuna_v1")
+    template = _first_match(name, _LLAVA_NAME_RULES, "llava_v0")
+    return _MMTAG_VARIANTS.get(template, template) if _is_stage1_name(name) else template
+
+
+def stage1_template(model_name: str, conv_mode: str) -> str:
+    """Upstream ``model_vqa*``'s rule: for a stage-1 (``plain``, not ``finetune``) checkpoint, the template
+    ``conv_mode + "_mmtag"`` when it exists (upstream crashes when it does not); otherwise ``conv_mode``."""
+    tagged = conv_mode + "_mmtag"
+    if "plain" in model_name and "finetune" not in model_name.lower() and "mmtag" not in conv_mode and tagged in conv_templates:
+        return tagged
+    return conv_mode
+
+
+# ---------------------------------------------------------------------- template vs tokenizer
+
+
+def _is_one_token(text: str, tokenizer: Any) -> bool:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return len(ids) == 1 and ids[0] != tokenizer.unk_token_id
+
+
+def missing_tokens(conv: Conversation, tokenizer: Any) -> list[str]:
+    """The template's :attr:`~Conversation.required_tokens` that ``tokenizer`` does not encode as one token."""
+    return [token for token in conv.required_tokens if not _is_one_token(token, tokenizer)]
+
+
+def templates_for_tokenizer(tokenizer: Any) -> list[str]:
+    """Sorted keys of the templates whose required tokens ``tokenizer`` has."""
+    return sorted(key for key, conv in conv_templates.items() if not missing_tokens(conv, tokenizer))
+
+
+def check_template_fits(conv_mode: str, tokenizer: Any) -> None:
+    """Refuse a template that relies on tokens the tokenizer lacks.
+
+    A ChatML template on a tokenizer without ``<|im_start|>``/``<|im_end|>`` would spell the role markers
+    out in pieces, and a ``</s>``-terminated template on a tokenizer without ``</s>`` never emits its stop
+    token; either way the model is trained or prompted in a format it cannot follow.
+
+    Raises:
+        ValueError: For an unknown ``conv_mode``, or one whose required tokens are not single tokens of
+            ``tokenizer``; the message lists the templates that fit it.
+    """
+    if conv_mode not in conv_templates:
+        raise ValueError(f"unknown conversation template {conv_mode!r}; expected one of {', '.join(sorted(conv_templates))}")
+    lacking = missing_tokens(conv_templates[conv_mode], tokenizer)
+    if lacking:
+        raise ValueError(
+            f"conversation template {conv_mode!r} needs {' and '.join(map(repr, lacking))} as "
+            f"{'a single token' if len(lacking) == 1 else 'single tokens'}, which "
+            f"the tokenizer ({type(tokenizer).__name__}) lacks; templates that fit it: "
+            f"{', '.join(templates_for_tokenizer(tokenizer))}"
+        )
+
+
+def resolve_conv_mode(model_name: str, requested: str | None, tokenizer: Any = None) -> str:
+    """``requested`` if given (with a warning when it differs from :func:`template_for_model`'s choice), else
+    that choice; checked against ``tokenizer`` when one is given.
+
+    Raises:
+        ValueError: If the template is unknown or does not fit ``tokenizer`` (see :func:`check_template_fits`).
+    """
+    inferred = template_for_model(model_name)
+    if requested is not None and requested != inferred:
+        logger.warning("the conversation template inferred from %r is %s; using %s as requested", model_name, inferred, requested)
+    mode = requested or inferred
+    if tokenizer is not None:
+        check_template_fits(mode, tokenizer)
+    elif mode not in conv_templates:
+        raise ValueError(f"unknown conversation template {mode!r}; expected one of {', '.join(sorted(conv_templates))}")
+    return mode
+
 
 __all__ = [
     "IMAGE_PROCESS_MODES",
     "Conversation",
     "SeparatorStyle",
+    "check_template_fits",
     "conv_templates",
     "default_conversation",
+    "missing_tokens",
+    "resolve_conv_mode",
+    "stage1_template",
+    "template_for_model",
+    "templates_for_tokenizer",
 ]

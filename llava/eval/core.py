@@ -41,7 +41,7 @@ from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
-from llava.conversation import conv_templates
+from llava.conversation import check_template_fits, conv_templates, stage1_template
 from llava.eval.files import load_questions
 from llava.mm_utils import (
     get_model_name_from_path,
@@ -297,14 +297,13 @@ class LlavaGenerator:
 
     Args:
         tokenizer, model, image_processor: As returned by ``load_pretrained_model``.
-        conv_mode: Key of ``conv_templates``.
+        conv_mode: Key of ``conv_templates``; must fit the tokenizer (:func:`llava.conversation.check_template_fits`).
         device: Where inputs go.
         dtype: Dtype of the image tensors.
     """
 
     def __init__(self, tokenizer: Any, model: Any, image_processor: Any, *, conv_mode: str, device: str, dtype: torch.dtype) -> None:
-        if conv_mode not in conv_templates:
-            raise ValueError(f"unknown --conv-mode {conv_mode!r}; expected one of {', '.join(sorted(conv_templates))}")
+        check_template_fits(conv_mode, tokenizer)
         self.tokenizer, self.model, self.image_processor = tokenizer, model, image_processor
         self.conv_mode, self.device, self.dtype = conv_mode, device, dtype
         pad = tokenizer.pad_token_id
@@ -390,14 +389,10 @@ def load_generator(model_path: str, model_base: str | None, conv_mode: str, devi
 
 
 def _conv_mode_for(model_name: str, conv_mode: str) -> str:
-    # Upstream appends "_mmtag" for stage-1 ("plain") checkpoints, crashing when no such template exists.
-    if "plain" in model_name and "finetune" not in model_name.lower() and "mmtag" not in conv_mode:
-        tagged = conv_mode + "_mmtag"
-        if tagged in conv_templates:
-            logger.warning("%s looks like a plain (stage-1) model; using conv mode %s", model_name, tagged)
-            return tagged
-        logger.warning("%s looks like a plain (stage-1) model, but there is no %s template; keeping %s", model_name, tagged, conv_mode)
-    return conv_mode
+    tagged = stage1_template(model_name, conv_mode)
+    if tagged != conv_mode:
+        logger.warning("%s looks like a plain (stage-1) model; using conv mode %s", model_name, tagged)
+    return tagged
 
 
 # ------------------------------------------------------------------------------------------------ the loop

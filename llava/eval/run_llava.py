@@ -21,43 +21,9 @@ from llava.constants import (
     IMAGE_PLACEHOLDER,
     IMAGE_TOKEN_INDEX,
 )
-from llava.conversation import conv_templates
+from llava.conversation import conv_templates, resolve_conv_mode
 from llava.mm_utils import get_model_name_from_path, load_image, process_images, tokenizer_image_token
 from llava.utils import setup_logging
-
-logger = logging.getLogger(__name__)
-
-
-def conv_mode_for_model(model_name: str) -> str:
-    """Upstream's conversation template for a model name (``llama-2``, ``mistral``, ``v1.6-34b``, ``v1``,
-    ``mpt``, else ``llava_v0``), checked in that order."""
-    name = model_name.lower()
-    if "llama-2" in name:
-        return "llava_llama_2"
-    if "mistral" in name:
-        return "mistral_instruct"
-    if "v1.6-34b" in name:
-        return "chatml_direct"
-    if "v1" in name:
-        return "llava_v1"
-    if "mpt" in name:
-        return "mpt"
-    return "llava_v0"
-
-
-def resolve_conv_mode(model_name: str, requested: str | None) -> str:
-    """``requested`` if given (logging a warning when it differs from the inferred one), else the inferred mode.
-
-    Raises:
-        ValueError: If the mode is not a key of ``conv_templates``.
-    """
-    inferred = conv_mode_for_model(model_name)
-    if requested is not None and requested != inferred:
-        logger.warning("the conversation mode inferred from %r is %s; using --conv-mode %s", model_name, inferred, requested)
-    mode = requested or inferred
-    if mode not in conv_templates:
-        raise ValueError(f"unknown conversation mode {mode!r}; expected one of {', '.join(sorted(conv_templates))}")
-    return mode
 
 
 def default_device() -> str:
@@ -108,7 +74,7 @@ def eval_model(args: argparse.Namespace) -> str:
         args.model_path, args.model_base, model_name, device=args.device
     )
 
-    conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode)].copy()
+    conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
     conv.append_message(conv.roles[0], build_query(args.query, len(images), model.config))
     conv.append_message(conv.roles[1], None)
     prompt = conv.get_prompt()

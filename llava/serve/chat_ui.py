@@ -24,13 +24,13 @@ import gradio as gr
 from PIL import Image, UnidentifiedImageError
 
 from llava.constants import DEFAULT_IMAGE_TOKEN
-from llava.conversation import Conversation, conv_templates, default_conversation
+from llava.conversation import Conversation, conv_templates, default_conversation, template_for_model
 
 from .backends import ChatBackend
 from .flags import image_limits
 from .images import ImageLimits, ImageRejected, open_image_file
 from .protocol import sentence
-from .templates import stop_string, template_for_model
+from .templates import stop_string
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
-from llava.conversation import conv_templates
-from llava.eval.run_llava import default_device, image_marker, resolve_conv_mode
+from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
+from llava.eval.run_llava import default_device, image_marker
 from llava.mm_utils import get_model_name_from_path, load_image, tokenizer_image_token
 from llava.utils import setup_logging
 
@@ -40,8 +40,9 @@ def run_chat(args: argparse.Namespace) -> None:
     tokenizer, model, image_processor, _ = load_pretrained_model(
         args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=args.device
     )
-    conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode)].copy()
-    roles = ("user", "assistant") if "mpt" in model_name.lower() else conv.roles
+    conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
+    # ChatML role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
+    roles = ("user", "assistant") if conv.sep_style in (SeparatorStyle.MPT, SeparatorStyle.CHATML) else conv.roles
     pixels, image_sizes = prepare_pixels([image], image_processor, model)
 
     first_turn = True

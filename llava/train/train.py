@@ -29,6 +29,7 @@ from typing import Any
 
 from transformers import Trainer, enable_full_determinism, set_seed
 
+from llava.conversation import check_template_fits
 from llava.model.multimodal_projector.builder import list_projectors
 from llava.utils import setup_logging
 
@@ -104,6 +105,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     model_args, defaulted = resolve_temperature_schedule(model_args, total_steps)
 
     model, tokenizer, image_processor = build_model(model_args, data_args, training_args, attn_implementation)
+    check_template_fits(model_args.version, tokenizer)
     list_projectors()  # imports projector plugins, which register their training callbacks
     callbacks = callbacks_for_model(model)
     if not callbacks:

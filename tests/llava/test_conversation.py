@@ -12,7 +12,15 @@ from io import BytesIO
 import pytest
 from PIL import Image
 
-from llava.conversation import Conversation, SeparatorStyle, conv_templates, default_conversation
+from llava.conversation import (
+    Conversation,
+    SeparatorStyle,
+    conv_templates,
+    default_conversation,
+    resolve_conv_mode,
+    stage1_template,
+    template_for_model,
+)
 
 VICUNA_SYSTEM = (
     "A chat between a curious user and an artificial intelligence assistant. The assistant gives "
@@ -38,6 +46,9 @@ UPSTREAM_KEYS = {
     "mistral_direct", "plain", "v0_plain", "llava_v0", "v0_mmtag", "llava_v1", "v1_mmtag",
     "llava_llama_2", "mpt",
 }
+#: LLaVA-NeXT's keys for the templates this project adds (llava-next-interface §2).
+NEXT_KEYS = {"qwen_1_5", "qwen_2", "qwen_2_5", "llava_mistral_instruct"}
+QWEN_SYSTEM = "<|im_start|>system\nYou are a helpful assistant."
 
 QUESTION = "<image>\nWhat is this?"
 
@@ -65,13 +76,14 @@ def _image(size: tuple[int, int] = (40, 20), color: tuple[int, int, int] = (200,
 # ---------------------------------------------------------------------- registry
 
 
-def test_every_upstream_key_is_present() -> None:
-    assert UPSTREAM_KEYS <= set(conv_templates)
+def test_every_upstream_and_next_key_is_present() -> None:
+    assert UPSTREAM_KEYS | NEXT_KEYS == set(conv_templates)
 
 
 @pytest.mark.parametrize(
     ("alias", "target"),
-    [("v1", "vicuna_v1"), ("v0", "default"), ("mistral_direct", "chatml_direct"), ("v0_plain", "plain")],
+    [("v1", "vicuna_v1"), ("v0", "default"), ("mistral_direct", "chatml_direct"), ("v0_plain", "plain"),
+     ("qwen_2", "qwen_1_5"), ("llava_mistral_instruct", "mistral_instruct")],
 )
 def test_aliases_share_one_template(alias: str, target: str) -> None:
     assert conv_templates[alias] is conv_templates[target]
@@ -98,6 +110,8 @@ def test_default_conversation_is_vicuna_v1() -> None:
          ("<|im_start|>user\n", "<|im_start|>assistant\n")),
         ("chatml_direct", SeparatorStyle.MPT, "<|im_end|>", None, "mpt",
          ("<|im_start|>user\n", "<|im_start|>assistant\n")),
+        ("qwen_1_5", SeparatorStyle.CHATML, "<|im_end|>", None, "qwen", ("<|im_start|>user", "<|im_start|>assistant")),
+        ("qwen_2_5", SeparatorStyle.CHATML, "<|im_end|>", None, "qwen", ("<|im_start|>user", "<|im_start|>assistant")),
     ],
 )
 def test_template_fields(key, style, sep, sep2, version, roles) -> None:
@@ -124,6 +138,8 @@ def test_template_fields(key, style, sep, sep2, version, roles) -> None:
         ("chatml_direct", "<|im_start|>system\nAnswer the questions."),
         ("mpt", "<|im_start|>system\nA conversation between a user and an LLM-based AI assistant. "
                 "The assistant gives helpful and honest answers."),
+        ("qwen_1_5", QWEN_SYSTEM),
+        ("qwen_2_5", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."),
     ],
 )
 def test_system_texts(key: str, system: str) -> None:
@@ -163,6 +179,18 @@ def test_llama_2_system_text() -> None:
             "<|im_start|>user\n<image>\nWhat is this?<|im_end|><|im_start|>assistant\n",
         ),
         ("llava_v0", HUMAN_SYSTEM + "###Human: <image>\nWhat is this?###Assistant:"),
+        # LLaVA-OneVision's eval prompt (llava-next-interface §2).
+        (
+            "qwen_1_5",
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<image>\nWhat is this?"
+            "<|im_end|>\n<|im_start|>assistant\n",
+        ),
+        (
+            "mpt",
+            "<|im_start|>system\nA conversation between a user and an LLM-based AI assistant. The assistant gives "
+            "helpful and honest answers.<|im_end|><|im_start|>user\n<image>\nWhat is this?<|im_end|>"
+            "<|im_start|>assistant\n",
+        ),
     ],
 )
 def test_eval_prompt(key: str, expected: str) -> None:
@@ -191,6 +219,11 @@ def test_eval_prompt(key: str, expected: str) -> None:
             "<|im_start|>assistant\nA2<|im_end|>",
         ),
         ("llava_v0", HUMAN_SYSTEM + "###Human: <image>\nQ1###Assistant: A1###Human: Q2###Assistant: A2###"),
+        (
+            "qwen_2",
+            QWEN_SYSTEM + "<|im_end|>\n<|im_start|>user\n<image>\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+            "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\nA2<|im_end|>\n",
+        ),
     ],
 )
 def test_two_turn_prompt(key: str, expected: str) -> None:
@@ -213,6 +246,11 @@ def test_two_turn_prompt(key: str, expected: str) -> None:
             "<|im_start|>assistant\nA1<|im_end|><|im_start|>user\nQ2<|im_end|><|im_start|>assistant\n",
         ),
         ("llava_v0", HUMAN_SYSTEM + "###Human: <image>\nQ1###Assistant: A1###Human: Q2###Assistant:"),
+        (
+            "qwen_1_5",
+            QWEN_SYSTEM + "<|im_end|>\n<|im_start|>user\n<image>\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+            "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n",
+        ),
     ],
 )
 def test_second_turn_open(key: str, expected: str) -> None:
@@ -356,3 +394,88 @@ def test_conversation_can_be_built_directly() -> None:
     conv.append_message("U", "q")
     conv.append_message("A", None)
     assert conv.get_prompt() == "S###U: q###A:"
+
+
+def test_chatml_without_system_text_starts_with_the_user_turn() -> None:
+    conv = Conversation(system="", roles=("<|im_start|>user", "<|im_start|>assistant"), messages=[], offset=0,
+                        sep_style=SeparatorStyle.CHATML, sep="<|im_end|>")
+    conv.append_message(conv.roles[0], "Hi")
+    conv.append_message(conv.roles[1], None)
+    assert conv.get_prompt() == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_chatml_demo_image_message() -> None:
+    conv = conv_templates["qwen_1_5"].copy()
+    conv.append_message(conv.roles[0], ("Describe it.", _image(), "Default"))
+    conv.append_message(conv.roles[1], None)
+    assert conv.get_prompt() == (
+        QWEN_SYSTEM + "<|im_end|>\n<|im_start|>user\n<image>\nDescribe it.<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+# ---------------------------------------------------------------------- model name -> template
+
+
+@pytest.mark.parametrize(
+    ("name", "template"),
+    [
+        # upstream run_llava / cli / web server rules (llava-interface §9)
+        ("llava-v1.5-7b", "llava_v1"),
+        ("llava-v1.5-13b-lora", "llava_v1"),
+        ("llava-llama-2-13b-chat-lightning-preview", "llava_llama_2"),
+        ("llava-v1.6-mistral-7b", "mistral_instruct"),
+        ("llava-v1.6-34b", "chatml_direct"),
+        ("llava-v1.6-nous-hermes-2-mixtral", "chatml_direct"),
+        ("llava-mpt-7b", "mpt"),
+        ("llava-tiny", "llava_v0"),
+        ("LLaVA-Lightning-MPT-7B-preview", "mpt"),
+        ("llava-v1.5-7b-pretrain-plain", "v1_mmtag"),
+        ("llava-v1.5-7b-plain-finetune", "llava_v1"),
+        ("llava-336px-pretrain-vicuna-mmtag", "v0_mmtag"),
+        ("vicuna-7b-v1.5", "vicuna_v1"),
+        ("Llama-2-7b-chat-hf", "llama_2"),
+        ("mpt-7b-chat", "mpt"),
+        # LLaVA-NeXT / OneVision Qwen checkpoints (llava-next-interface §2)
+        ("llava-onevision-qwen2-7b-ov", "qwen_1_5"),
+        ("LLaVA-NeXT-Video-7B-Qwen2", "qwen_1_5"),
+        ("Qwen2.5-3B-Instruct", "qwen_1_5"),
+    ],
+)
+def test_template_for_model(name: str, template: str) -> None:
+    assert template_for_model(name) == template
+
+
+@pytest.mark.parametrize(
+    ("name", "requested", "used"),
+    [
+        ("llava-v1.5-7b-pretrain-plain", "v1", "v1_mmtag"),
+        ("llava-v1.5-7b-pretrain-plain", "llava_v1", "llava_v1"),  # no llava_v1_mmtag template: kept
+        ("llava-v1.5-7b-plain-finetune", "v1", "v1"),
+        ("llava-v1.5-7b", "v0", "v0"),
+    ],
+)
+def test_stage1_template(name: str, requested: str, used: str) -> None:
+    assert stage1_template(name, requested) == used
+
+
+def test_resolve_conv_mode_prefers_the_requested_template(caplog) -> None:
+    assert resolve_conv_mode("llava-v1.5-7b", None) == "llava_v1"
+    with caplog.at_level("WARNING", logger="llava.conversation"):
+        assert resolve_conv_mode("llava-v1.5-7b", "vicuna_v1") == "vicuna_v1"
+    assert "inferred from 'llava-v1.5-7b' is llava_v1; using vicuna_v1" in caplog.text
+    with pytest.raises(ValueError, match="unknown conversation template 'v9'; expected one of chatml_direct, default"):
+        resolve_conv_mode("llava-v1.5-7b", "v9")
+
+
+def test_resolve_conv_mode_checks_the_tokenizer(tiny_tokenizer_dir, tiny_qwen_tokenizer_dir) -> None:
+    from transformers import AutoTokenizer
+
+    llama = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+    qwen = AutoTokenizer.from_pretrained(str(tiny_qwen_tokenizer_dir))
+    assert resolve_conv_mode("llava-onevision-qwen2-0.5b-ov", None, qwen) == "qwen_1_5"
+    assert resolve_conv_mode("llava-v1.5-7b", None, llama) == "llava_v1"
+    with pytest.raises(ValueError, match=r"^conversation template 'qwen_1_5' needs '<\|im_start\|>' and '<\|im_end\|>' "
+                       r"as single tokens, which the tokenizer \(LlamaTokenizer\) lacks; templates that fit it: default, "):
+        resolve_conv_mode("llava-onevision-qwen2-0.5b-ov", None, llama)
+    with pytest.raises(ValueError, match=r"^conversation template 'llava_v1' needs '</s>' as a single token, which"):
+        resolve_conv_mode("llava-v1.5-7b", None, qwen)

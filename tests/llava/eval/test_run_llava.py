@@ -1,4 +1,4 @@
-"""``llava.eval.run_llava`` answers a query about images and picks upstream's conversation mode."""
+"""``llava.eval.run_llava`` answers a query about images, in a conversation template that fits the tokenizer."""
 
 from __future__ import annotations
 
@@ -33,19 +33,10 @@ def test_corrupt_image_file(tiny_llava_checkpoint, tmp_path) -> None:
         run_llava.main(_argv(tiny_llava_checkpoint("mlp2x_gelu"), broken, "--query", "What is it?"))
 
 
-@pytest.mark.parametrize(
-    "name, mode",
-    [
-        ("llava-v1.5-7b", "llava_v1"),
-        ("llava-llama-2-13b-chat", "llava_llama_2"),
-        ("llava-v1.6-mistral-7b", "mistral_instruct"),
-        ("llava-v1.6-34b", "chatml_direct"),
-        ("llava-mpt-7b", "mpt"),
-        ("llava-tiny", "llava_v0"),
-    ],
-)
-def test_conv_mode_from_model_name(name, mode) -> None:
-    assert run_llava.conv_mode_for_model(name) == mode
+def test_conversation_template_must_fit_the_tokenizer(tiny_llava_checkpoint, tiny_image_file) -> None:
+    argv = _argv(tiny_llava_checkpoint("mlp2x_gelu"), tiny_image_file, "--query", "What is it?", "--conv-mode", "qwen_1_5")
+    with pytest.raises(ValueError, match=r"conversation template 'qwen_1_5' needs '<\|im_start\|>' and '<\|im_end\|>'"):
+        run_llava.main(argv)
 
 
 def test_query_markers() -> None:
