@@ -85,6 +85,8 @@ class BaseVisionTower(nn.Module):
     config_class: ClassVar[Any]
     processor_class: ClassVar[Any]
     has_cls_token: ClassVar[bool]
+    #: Short family name for messages and tools (``"clip"``, ``"siglip"``).
+    family: ClassVar[str] = ""
     #: Extra ``from_pretrained`` config overrides (e.g. dropping a pooling head LLaVA never reads).
     model_overrides: ClassVar[dict[str, Any]] = {}
 

@@ -23,6 +23,7 @@ class CLIPVisionTower(BaseVisionTower):
     config_class = CLIPVisionConfig
     processor_class = CLIPImageProcessorPil
     has_cls_token = True
+    family = "clip"
 
     @classmethod
     def default_processor(cls, image_size: int) -> Any:

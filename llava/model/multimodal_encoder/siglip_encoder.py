@@ -27,6 +27,7 @@ class SiglipVisionTower(BaseVisionTower):
     config_class = SiglipVisionConfig
     processor_class = SiglipImageProcessorPil
     has_cls_token = False
+    family = "siglip"
     model_overrides = {"vision_use_head": False}
 
     @classmethod
