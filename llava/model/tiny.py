@@ -148,7 +148,8 @@ def build_tiny_clip_tower(
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTextConfig, CLIPVisionConfig, CLIPVisionModel
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTextConfig, CLIPVisionConfig
+    from transformers import CLIPVisionModel
 
     _check_tiling(image_size, patch_size, exact=True)
     vision = CLIPVisionConfig(
@@ -163,8 +164,8 @@ def build_tiny_clip_tower(
     path = _prepare_dir(out_dir)
     if full_model:
         text = CLIPTextConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                              num_attention_heads=heads, vocab_size=64, max_position_embeddings=16, projection_dim=hidden,
-                              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+                              num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
+                              projection_dim=hidden, bos_token_id=1, eos_token_id=2, pad_token_id=0)
         config = CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=hidden)
         _save_tiny_model(lambda: CLIPModel(config), path, seed)
     else:

@@ -98,7 +98,8 @@ class BaseVisionTower(nn.Module):
         self.select_feature = getattr(args, "mm_vision_select_feature", None) or "patch"
         if self.select_feature not in SELECT_FEATURES:
             raise ValueError(
-                f"unknown mm_vision_select_feature {self.select_feature!r}; expected one of {', '.join(SELECT_FEATURES)}"
+                f"unknown mm_vision_select_feature {self.select_feature!r}; "
+                f"expected one of {', '.join(SELECT_FEATURES)}"
             )
         if self.select_feature == "cls_patch" and not self.has_cls_token:
             raise ValueError(
@@ -127,7 +128,8 @@ class BaseVisionTower(nn.Module):
         except OSError as exc:
             if os.path.isdir(self.vision_tower_name):
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise ValueError(f"could not load vision tower directory {self.vision_tower_name!r} ({reason})") from exc
+                message = f"could not load vision tower directory {self.vision_tower_name!r} ({reason})"
+                raise ValueError(message) from exc
             raise ValueError(hub_unreachable_message(self.vision_tower_name)) from exc
 
     def load_model(self, device_map: Any = None) -> None:

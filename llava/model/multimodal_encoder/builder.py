@@ -46,7 +46,8 @@ def _local_model_type(directory: str) -> str:
         raise ValueError(f"vision tower config {path!r} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if not model_type:
-        raise ValueError(f"vision tower config {path!r} has no model_type; expected one of {', '.join(list_vision_towers())}")
+        known = ", ".join(list_vision_towers())
+        raise ValueError(f"vision tower config {path!r} has no model_type; expected one of {known}")
     return str(model_type)
 
 
@@ -60,7 +61,9 @@ def tower_model_type(name: str) -> str:
     if os.path.isdir(name):
         return _local_model_type(name)
     if os.path.exists(name) or _looks_like_local_path(name):
-        raise ValueError(f"vision tower directory {name!r} does not exist; point mm_vision_tower at a saved tower directory")
+        raise ValueError(
+            f"vision tower directory {name!r} does not exist; point mm_vision_tower at a saved tower directory"
+        )
     if name.startswith(HUB_PREFIXES) or HUB_MARKER in name:
         return UPSTREAM_CLIP_TYPE
     from transformers import AutoConfig

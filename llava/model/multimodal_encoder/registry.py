@@ -81,6 +81,5 @@ def resolve_vision_tower(model_type: str, source: str = "") -> TowerFactory:
     where = f" of vision tower {source!r}" if source else ""
     if model_type in _NOT_SUPPORTED:
         raise ValueError(f"model_type {model_type!r}{where} is not supported: {_NOT_SUPPORTED[model_type]}")
-    raise ValueError(
-        f"unknown vision tower model_type {model_type!r}{where}; registered model_types: {', '.join(list_vision_towers())}"
-    )
+    known = ", ".join(list_vision_towers())
+    raise ValueError(f"unknown vision tower model_type {model_type!r}{where}; registered model_types: {known}")
