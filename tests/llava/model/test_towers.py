@@ -305,3 +305,21 @@ def test_cost_presets_count_the_tokens_the_registry_tower_gives(tmp_path) -> Non
                 assert spec.feature_tokens(inp) == inp.views * tower.num_patches == int(inp.label)
                 checked += 1
     assert checked >= 4  # 576, 2880, 729, 3645
+
+
+@pytest.mark.parametrize("key", ["clip", "siglip-odd"])
+def test_missing_preprocessor_config_falls_back_to_the_towers_default(tower_dirs, tmp_path, key, caplog) -> None:
+    import shutil
+
+    folder = shutil.copytree(tower_dirs[key], tmp_path / key)
+    saved = json.loads((folder / "preprocessor_config.json").read_text())
+    (folder / "preprocessor_config.json").unlink()
+    with caplog.at_level("WARNING"):
+        tower = build_vision_tower(_args(folder))
+    assert "has no preprocessor_config.json" in caplog.text
+    processor = tower.image_processor
+    assert list(processor.image_mean) == pytest.approx(saved["image_mean"]) and int(processor.resample) == saved["resample"]
+    image = _photo((70, 50))
+    fallback = process_images([image], processor, argparse.Namespace(image_aspect_ratio=None))
+    reference = build_vision_tower(_args(tower_dirs[key])).image_processor
+    torch.testing.assert_close(fallback, process_images([image], reference, argparse.Namespace(image_aspect_ratio=None)))
