@@ -198,9 +198,14 @@ def get_anyres_image_grid_shape(
 
 
 def _size_entry(size: Any, key: str) -> int | None:
-    """Read ``key`` from a processor size spec (a dict or transformers' ``SizeDict``)."""
+    """Read ``key`` from a processor size spec: a dict, transformers' ``SizeDict``, an int, or a
+    ``(height, width)`` pair (LLaVA-NeXT's SigLIP processor stores its size as a tuple)."""
     if size is None:
         return None
+    if isinstance(size, int):
+        return size if key in ("height", "width", "shortest_edge") else None
+    if isinstance(size, (tuple, list)):
+        return int(size[0 if key == "height" else 1]) if key in ("height", "width") and len(size) == 2 else None
     try:
         value = size[key]
     except (KeyError, TypeError):
@@ -209,14 +214,15 @@ def _size_entry(size: Any, key: str) -> int | None:
 
 
 def _processor_sides(processor: Any) -> tuple[int, int]:
-    """Return ``(patch side, base-view side)`` for anyres from a CLIP-style image processor.
+    """Return ``(patch side, base-view side)`` for anyres from the tower's image processor.
 
-    CLIP processors resize the shortest edge then centre-crop; processors without a crop (SigLIP)
-    resize straight to ``size["height"]``.
+    Both are the tower's input side. CLIP processors resize the shortest edge then centre-crop, so the side is
+    ``crop_size["height"]`` (the base view is squashed to ``size["shortest_edge"]``, equal in released
+    configs); SigLIP processors resize straight to ``size["height"]`` and have no crop.
     """
-    crop = getattr(processor, "crop_size", None)
+    crop = getattr(processor, "crop_size", None) if getattr(processor, "do_center_crop", True) else None
     size = getattr(processor, "size", None)
-    patch = _size_entry(crop, "height") or _size_entry(size, "height")
+    patch = _size_entry(crop, "height") or _size_entry(size, "height") or _size_entry(size, "shortest_edge")
     base = _size_entry(size, "shortest_edge") or _size_entry(size, "height") or patch
     if patch is None or base is None:
         raise ValueError(
@@ -238,7 +244,7 @@ def process_anyres_image(
 
     Args:
         image: Input image.
-        processor: CLIP-style image processor.
+        processor: The tower's image processor (CLIP: resize + centre crop; SigLIP: resize only).
         grid_pinpoints: Candidate resolutions (see :func:`parse_grid_pinpoints`).
 
     Returns:
@@ -265,11 +271,14 @@ def process_images(
     * ``"pad"``: pad to a square filled with ``int(255 * mean)`` per channel, then the processor.
     * ``"anyres"`` / ``"anyres_max_*"``: :func:`process_anyres_image` with
       ``model_cfg.image_grid_pinpoints``.
-    * anything else (``None``, ``"square"``...): the processor alone (resize and centre crop).
+    * anything else (``None``, ``"square"``...): the processor alone (CLIP: resize the shortest edge and
+      centre-crop; SigLIP: resize straight to the square side, no crop).
+
+    The pad colour follows the processor's mean: ``(122, 116, 104)`` for CLIP, ``(127, 127, 127)`` for SigLIP.
 
     Args:
         images: PIL images.
-        image_processor: A transformers image processor (e.g. ``CLIPImageProcessor``).
+        image_processor: The tower's image processor (``tower.image_processor``: CLIP or SigLIP).
         model_cfg: Object with an optional ``image_aspect_ratio`` attribute (the model config).
 
     Returns:

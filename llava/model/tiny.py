@@ -1,7 +1,7 @@
 """Tiny, randomly initialised LLaVA pieces saved in upstream's on-disk formats, for tests and CPU demos.
 
 Nothing is downloaded: the tokenizer is a sentencepiece model trained in-process on a few sentences, the
-vision tower is a random ``CLIPVisionModel``, the LLM a random LLaMA. Every builder writes a directory that
+vision tower a random CLIP or SigLIP model, the LLM a random LLaMA. Every builder writes a directory that
 the normal loaders read (``load_pretrained_model``, ``CLIPVisionModel.from_pretrained``,
 ``AutoTokenizer.from_pretrained``), so code under test takes the same path as with released weights.
 
@@ -114,6 +114,18 @@ def train_tiny_tokenizer(out_dir: PathLike, texts: Iterable[str] | None = None, 
     return path
 
 
+def _save_tiny_model(model_factory: Any, path: Path, seed: int) -> None:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model_factory().save_pretrained(path)
+
+
+def _check_tiling(image_size: int, patch_size: int, exact: bool) -> None:
+    if image_size < patch_size or (exact and image_size % patch_size):
+        need = "a multiple of" if exact else "at least"
+        raise ValueError(f"image_size {image_size} must be {need} patch_size {patch_size}")
+
+
 def build_tiny_clip_tower(
     out_dir: PathLike,
     image_size: int = 32,
@@ -123,19 +135,24 @@ def build_tiny_clip_tower(
     heads: int = 2,
     intermediate: int | None = None,
     seed: int = 0,
+    full_model: bool = False,
 ) -> Path:
-    """Save a random ``CLIPVisionModel`` and a matching CLIP image processor (resize + crop to ``image_size``).
+    """Save a random CLIP vision tower and a matching CLIP image processor (resize + crop to ``image_size``).
 
-    The patch grid is ``(image_size // patch_size)`` per side: 32/8 → 4x4 (16 tokens), 48/8 → 6x6.
+    The patch grid is ``(image_size // patch_size)`` per side: 32/8 → 4x4 (16 tokens, plus CLS), 48/8 → 6x6.
+
+    Args:
+        full_model: Save a whole ``CLIPModel`` (``model_type "clip"``, text tower included, as the released
+            ``openai/clip-vit-*`` checkpoints) instead of a ``CLIPVisionModel`` (``clip_vision_model``).
 
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from transformers import CLIPImageProcessorPil, CLIPVisionConfig, CLIPVisionModel
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTextConfig, CLIPVisionConfig
+    from transformers import CLIPVisionModel
 
-    if image_size % patch_size:
-        raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
-    config = CLIPVisionConfig(
+    _check_tiling(image_size, patch_size, exact=True)
+    vision = CLIPVisionConfig(
         hidden_size=hidden,
         intermediate_size=intermediate or 2 * hidden,
         num_hidden_layers=layers,
@@ -145,14 +162,105 @@ def build_tiny_clip_tower(
         projection_dim=hidden,
     )
     path = _prepare_dir(out_dir)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        CLIPVisionModel(config).save_pretrained(path)
+    if full_model:
+        text = CLIPTextConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+                              num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
+                              projection_dim=hidden, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        config = CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=hidden)
+        _save_tiny_model(lambda: CLIPModel(config), path, seed)
+    else:
+        _save_tiny_model(lambda: CLIPVisionModel(vision), path, seed)
     processor = CLIPImageProcessorPil(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor.save_pretrained(path)
     return path
+
+
+def build_tiny_siglip_tower(
+    out_dir: PathLike,
+    image_size: int = 54,
+    patch_size: int = 6,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    intermediate: int | None = None,
+    seed: int = 0,
+    full_model: bool = False,
+    resample: str = "bicubic",
+) -> Path:
+    """Save a random SigLIP vision tower (no CLS token) and its processor (resize to ``image_size``², mean/std 0.5).
+
+    The grid is ``image_size // patch_size`` per side; as in so400m-patch14-384 (384 // 14 = 27) the size need
+    not be a multiple of the patch: 54/6 → 9x9 (a "27x27-style" odd grid), 57/6 → 9x9 with 3 pixel rows and
+    columns unseen, 64/8 → 8x8 (a "32x32-style" even grid).
+
+    Args:
+        full_model: Save a whole ``SiglipModel`` (``model_type "siglip"``, text tower included, as the
+            released ``google/siglip*`` checkpoints) instead of a ``SiglipVisionModel`` (``siglip_vision_model``).
+        resample: ``"bicubic"`` (SigLIP releases) or ``"bilinear"`` (SigLIP2 fixed-resolution releases).
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipTextConfig, SiglipVisionConfig
+    from transformers import SiglipVisionModel
+    from transformers.image_utils import PILImageResampling
+
+    filters = {"bicubic": PILImageResampling.BICUBIC, "bilinear": PILImageResampling.BILINEAR}
+    if resample not in filters:
+        raise ValueError(f"unknown resample {resample!r}; expected one of {', '.join(filters)}")
+    _check_tiling(image_size, patch_size, exact=False)
+    vision = SiglipVisionConfig(
+        hidden_size=hidden,
+        intermediate_size=intermediate or 2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        image_size=image_size,
+        patch_size=patch_size,
+    )
+    path = _prepare_dir(out_dir)
+    if full_model:
+        text = SiglipTextConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+                                num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
+                                bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        config = SiglipConfig(text_config=text.to_dict(), vision_config=vision.to_dict())
+        _save_tiny_model(lambda: SiglipModel(config), path, seed)
+    else:
+        _save_tiny_model(lambda: SiglipVisionModel(vision), path, seed)
+    processor = SiglipImageProcessorPil(
+        size={"height": image_size, "width": image_size}, resample=filters[resample],
+        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+    )
+    processor.save_pretrained(path)
+    return path
+
+
+def build_tiny_siglip2_tower(out_dir: PathLike, image_size: int = 64, patch_size: int = 8, **kwargs: Any) -> Path:
+    """A fixed-resolution SigLIP2-style tower: saved as SigLIP releases it (a whole ``SiglipModel``,
+    ``model_type "siglip"``) with a bilinear processor and an exactly tiled even grid (64/8 → 8x8, like
+    so400m-patch16-512's 32x32). NaFlex SigLIP2 (``siglip2_vision_model``) is a different, unsupported format.
+    """
+    kwargs.setdefault("full_model", True)
+    kwargs.setdefault("resample", "bilinear")
+    return build_tiny_siglip_tower(out_dir, image_size=image_size, patch_size=patch_size, **kwargs)
+
+
+#: Tiny-tower builders by kind: every registered tower model_type, plus ``siglip2`` (fixed resolution).
+TINY_TOWER_BUILDERS: dict[str, Any] = {
+    "clip": lambda out_dir, **kw: build_tiny_clip_tower(out_dir, full_model=True, **kw),
+    "clip_vision_model": build_tiny_clip_tower,
+    "siglip": lambda out_dir, **kw: build_tiny_siglip_tower(out_dir, full_model=True, **kw),
+    "siglip_vision_model": build_tiny_siglip_tower,
+    "siglip2": build_tiny_siglip2_tower,
+}
+
+
+def build_tiny_vision_tower(kind: str, out_dir: PathLike, **kwargs: Any) -> Path:
+    """Save a tiny tower of ``kind`` (a key of :data:`TINY_TOWER_BUILDERS`); kwargs go to its builder."""
+    if kind not in TINY_TOWER_BUILDERS:
+        raise ValueError(f"unknown tiny tower kind {kind!r}; expected one of {', '.join(TINY_TOWER_BUILDERS)}")
+    return TINY_TOWER_BUILDERS[kind](out_dir, **kwargs)
 
 
 def _vocab_size(tokenizer_dir: PathLike) -> int:
@@ -186,9 +294,11 @@ def _llm_config_kwargs(
 
 def _multimodal_keys(tower_dir: PathLike, projector_type: str, extra_config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Upstream's ``mm_*`` keys (as in the released LLaVA-1.5 config.json) for a tower directory."""
-    from transformers import CLIPVisionConfig
+    from .multimodal_encoder.builder import tower_model_type
+    from .multimodal_encoder.registry import resolve_vision_tower
 
-    tower = CLIPVisionConfig.from_pretrained(os.fspath(tower_dir))
+    name = os.fspath(tower_dir)
+    tower = resolve_vision_tower(tower_model_type(name), source=name).config_class.from_pretrained(name)
     keys: dict[str, Any] = {
         "mm_vision_tower": os.fspath(tower_dir),
         "mm_hidden_size": tower.hidden_size,
@@ -258,7 +368,7 @@ def build_tiny_llava_checkpoint(
 
     Args:
         out_dir: Directory to write; name it ``llava-...`` so ``load_pretrained_model``'s name rules apply.
-        tower_dir: From :func:`build_tiny_clip_tower`.
+        tower_dir: From :func:`build_tiny_vision_tower` (any registered tower kind).
         tokenizer_dir: From :func:`train_tiny_tokenizer`.
         projector_type: Any registered ``mm_projector_type``.
         model_type: ``"llava_llama"`` or ``"llava"``.
@@ -339,9 +449,13 @@ def build_tiny_projector_checkpoint(
 
 
 __all__ = [
+    "TINY_TOWER_BUILDERS",
     "build_tiny_clip_tower",
     "build_tiny_llava_checkpoint",
     "build_tiny_llm",
     "build_tiny_projector_checkpoint",
+    "build_tiny_siglip2_tower",
+    "build_tiny_siglip_tower",
+    "build_tiny_vision_tower",
     "train_tiny_tokenizer",
 ]

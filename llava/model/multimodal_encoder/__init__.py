@@ -1,6 +1,19 @@
-"""Vision encoders that turn pixels into patch features for the projector."""
+"""Vision encoders that turn pixels into patch features for the projector, found through a registry."""
 
-from .builder import build_vision_tower
+from .base import BaseVisionTower, TowerOutputs
+from .builder import build_vision_tower, tower_model_type
 from .clip_encoder import CLIPVisionTower
+from .registry import list_vision_towers, register_vision_tower, resolve_vision_tower
+from .siglip_encoder import SiglipVisionTower
 
-__all__ = ["CLIPVisionTower", "build_vision_tower"]
+__all__ = [
+    "BaseVisionTower",
+    "CLIPVisionTower",
+    "SiglipVisionTower",
+    "TowerOutputs",
+    "build_vision_tower",
+    "list_vision_towers",
+    "register_vision_tower",
+    "resolve_vision_tower",
+    "tower_model_type",
+]

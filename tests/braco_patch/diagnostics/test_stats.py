@@ -136,9 +136,9 @@ def test_tower_errors_name_the_bad_value(tiny_tower, tmp_path):
     with pytest.raises(InputError, match="does not exist or is not a folder"):
         load_tower(tmp_path / "missing")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(InputError, match="model_type 'llama'; expected one of"):
+    with pytest.raises(InputError, match="unknown vision tower model_type 'llama' .*; registered model_types: clip, "):
         load_tower(tmp_path)
-    with pytest.raises(InputError, match="select layer 5 is out of range for a 2-layer tower"):
+    with pytest.raises(InputError, match="mm_vision_select_layer 5 is out of range for the 2-layer vision tower"):
         load_tower(tiny_tower, select_layer=5)
 
 
@@ -154,3 +154,28 @@ def test_unreadable_images_are_named(image_folder, tmp_path):
         open_image(tmp_path / "text.jpg")
     with pytest.raises(InputError, match="does not exist or is not a folder"):
         list_images(tmp_path / "nowhere")
+
+
+def test_towers_come_from_the_llava_registry(image_folder, tmp_path, monkeypatch):
+    """A full SiglipModel checkpoint (as released) loads through LLaVA's tower registry; the features are the
+    model's own hidden_states[-2] with nothing dropped."""
+    from PIL import Image
+    from transformers import SiglipVisionModel
+
+    from llava.model.multimodal_encoder import SiglipVisionTower
+    from llava.model.multimodal_encoder import registry
+    from llava.model.tiny import build_tiny_siglip_tower
+
+    folder = build_tiny_siglip_tower(tmp_path / "siglip", image_size=54, patch_size=6, full_model=True)
+    tower = load_tower(folder)
+    images = [Image.open(p).convert("RGB") for p in list_images(image_folder)[:2]]
+    pixels = tower.processor(images=images, return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        hidden = SiglipVisionModel.from_pretrained(str(folder))(pixel_values=pixels, output_hidden_states=True).hidden_states
+    assert tower.family == "siglip" and isinstance(tower.model, SiglipVisionTower)
+    assert torch.allclose(tower.encode(images), hidden[-2], atol=1e-6)  # 9 x 9 = 81 tokens, no CLS
+
+    # No second loader: without the registry entry the diagnostics cannot load the tower either.
+    monkeypatch.setattr(registry, "_REGISTRY", {k: v for k, v in registry._REGISTRY.items() if k != "siglip"})
+    with pytest.raises(InputError, match="unknown vision tower model_type 'siglip' .*; registered model_types: "):
+        load_tower(folder)

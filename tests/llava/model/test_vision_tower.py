@@ -12,6 +12,7 @@ from llava.model.multimodal_encoder.builder import build_vision_tower
 from llava.model.multimodal_encoder.clip_encoder import CLIPVisionTower
 
 from ._support import GRID
+from ._towers import offline_hub  # noqa: F401  (fixture)
 
 
 def _args(tower, **overrides) -> argparse.Namespace:
@@ -52,8 +53,8 @@ def test_unknown_select_feature(tiny_tower_dir) -> None:
         build_vision_tower(_args(tiny_tower_dir, mm_vision_select_feature="cls"), delay_load=True)
 
 
-def test_tower_names(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"unknown vision tower 'my-org/vit'; expected an existing local directory"):
+def test_tower_names(tmp_path, offline_hub) -> None:
+    with pytest.raises(ValueError, match=r"vision tower 'my-org/vit' is not a local directory and could not be downloaded"):
         build_vision_tower(argparse.Namespace(vision_tower="my-org/vit"))
     missing = tmp_path / "clip"
     with pytest.raises(ValueError, match=rf"vision tower directory '{missing}' does not exist"):
