@@ -75,17 +75,18 @@ def _direct_merge(x, keys, a, kept, k, extra):
 
 
 @pytest.mark.parametrize("plus", [False, True])
-def test_merge_equals_a_direct_loop(plus):
+@pytest.mark.parametrize("k", [6, 30])  # 30 of 35: a token that counted itself would enter its own list
+def test_merge_equals_a_direct_loop(plus, k):
     torch.manual_seed(0)
     x, keys = torch.randn(2, 36, 5, dtype=torch.float64), torch.randn(2, 37, 3, dtype=torch.float64)
     att = _attention(2, 2, 37, seed=6)
-    module = PruMerge(5, 9, plus=plus, neighbours=6)
+    module = PruMerge(5, 9, plus=plus, neighbours=k)
     out = module(x, att, keys)
     scores = importance_scores(att, 36).double().numpy()
     kept = module.select(importance_scores(att, 36))
     assert out.shape == (2, 9, 5)
     for b in range(2):
-        expected = _direct_merge(x[b].numpy(), keys[b, 1:].numpy(), scores[b], kept[b].tolist(), 6, True)
+        expected = _direct_merge(x[b].numpy(), keys[b, 1:].numpy(), scores[b], kept[b].tolist(), k, True)
         np.testing.assert_allclose(out[b].numpy(), expected, rtol=1e-6, atol=1e-9)
 
 
