@@ -85,7 +85,8 @@ class TokenPacker(nn.Module):
         """``features [B, G², D]`` and multi-level ``levels`` (``[B, G², level_dim]`` or its parts) → ``[B, K, d_llm]``."""
         check_tokens(features, self.dim)
         if features.shape[1] != self.grid_side**2:
-            raise ValueError(f"TokenPacker was built for a {self.grid_side}x{self.grid_side} grid ({self.grid_side**2} tokens), got {features.shape[1]}")
+            g = self.grid_side
+            raise ValueError(f"TokenPacker was built for a {g}x{g} grid ({g * g} tokens), got {features.shape[1]}")
         multi = concat_levels(levels, self.level_dim)
         q = self.ln_q(self.q_proj(self.point_queries(features))).unsqueeze(2)  # [B, K, 1, D]
         k = region_tokens(self.ln_k(self.k_proj(multi)), self.grid_side, self.scale)  # [B, K, s², D]

@@ -16,7 +16,8 @@ def _inputs(name: str, batch: int, seed: int = 0) -> dict[str, torch.Tensor]:
     n = SIDE * SIDE
     x = torch.randn(batch, n, D, generator=g)
     if name in ("prumerge", "prumerge_plus"):
-        return {"features": x, "attention": torch.randn(batch, 2, n + 1, n + 1, generator=g).softmax(-1), "keys": torch.randn(batch, n + 1, 8, generator=g)}
+        attention = torch.randn(batch, 2, n + 1, n + 1, generator=g).softmax(-1)
+        return {"features": x, "attention": attention, "keys": torch.randn(batch, n + 1, 8, generator=g)}
     if name == "divprune":
         return {"tokens": torch.randn(batch, n, LLM, generator=g)}
     if name == "quecc":
