@@ -1,22 +1,24 @@
 """The paper's baselines as pure PyTorch modules (one per file; none imports ``llava``).
 
-Each class states its ``boundary`` (``"pre"``: between tower and projector; ``"post"``: it ends in the LLM's
-width, i.e. it is or runs after the projector), what it ``needs`` from the model besides the select-layer
+Each class states its ``placement`` (``before_projector``: tower features in, tower width out, then
+``mlp2x_gelu``; ``replaces_projector``: tower features in, LLM width out; ``after_projector``: projected
+tokens in and out), its ``boundary`` as the paper's cost table labels it (``"pre"``/``"post"``), what it
+``needs`` from the model besides the select-layer
 features (``attention``/``keys`` of that layer, multi-level ``levels``, the prompt's ``text`` states), and
 its ``output_tokens`` K. Analytic FLOPs: :mod:`.cost`.
 
-=============  ========  ===========================  ==================================  ==============
-module         boundary  needs                        K                                   parameters
-=============  ========  ===========================  ==================================  ==============
-PruMerge(+)    pre       attention, keys              K (fixed) or IQR-adaptive           none
-DivPrune       post      (projected tokens)           any K ≤ N                           none
-MQTAbstractor  pre¹      —                            any K ≤ Q (one checkpoint)          queries, attn
-QueCC          pre       levels, text                 (G/s)², s | G                       MLPs, conv, attn
-TokenPacker    post      levels                       (G/s)², s | G                       MLPs, attn
-FourierVLM     pre       —                            C², C ≤ G                           none
-=============  ========  ===========================  ==================================  ==============
+=============  ==================  ========  ===============  ===========================  ================
+module         placement           boundary  needs            K                            parameters
+=============  ==================  ========  ===============  ===========================  ================
+PruMerge(+)    before_projector    pre       attention, keys  K (fixed) or IQR-adaptive    none
+DivPrune       after_projector     post      —                any K ≤ N                    none
+MQTAbstractor  replaces_projector  pre¹      —                any K ≤ Q (one checkpoint)   queries, attn
+QueCC          before_projector    pre       levels, text     (G/s)², s | G                MLPs, conv, attn
+TokenPacker    replaces_projector  post      levels           (G/s)², s | G                MLPs, attn
+FourierVLM     before_projector    pre       —                C², C ≤ G                    none
+=============  ==================  ========  ===============  ===========================  ================
 
-¹ MQT's output already has the LLM's width (it replaces the projector); the paper lists it pre-projector.
+¹ MQT ends in the LLM's width like TokenPacker; the paper's table lists it pre-projector.
 """
 
 from .divprune import DivPrune

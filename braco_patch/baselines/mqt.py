@@ -54,6 +54,7 @@ class MQTAbstractor(nn.Module):
     """
 
     boundary = "pre"
+    placement = "replaces_projector"
     needs: frozenset[str] = frozenset()
 
     def __init__(
