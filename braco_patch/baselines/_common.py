@@ -22,6 +22,8 @@ __all__ = [
     "region_tokens",
     "region_index",
     "concat_levels",
+    "RELEASE_LEVELS",
+    "multi_level_layers",
     "CrossAttention",
     "sincos_2d",
 ]
@@ -88,6 +90,21 @@ def region_tokens(x: torch.Tensor, side: int, scale: int) -> torch.Tensor:
     # [B, i, a, j, b, d] -> [B, i, j, a, b, d]: a pure reshape/permute, no gather needed.
     x = x.reshape(b, out, scale, out, scale, d).permute(0, 1, 3, 2, 4, 5)
     return x.reshape(b, out * out, scale * scale, d)
+
+
+#: ``hidden_states`` indices that QueCC and TokenPacker concatenate on CLIP-L (24 layers; index 0 = embeddings).
+RELEASE_LEVELS = (12, 16, 22, 23)
+
+
+def multi_level_layers(num_layers: int) -> tuple[int, ...]:
+    """``hidden_states`` indices of the multi-level features for a tower of ``num_layers`` layers.
+
+    24 layers: the releases' (12, 16, 22, 23). Other depths: the same relative depths, ``⌊l·L/24 + ½⌋``
+    clamped to ``[1, L]`` (a 27-layer SigLIP gets (14, 18, 25, 26); a 2-layer test tower (1, 1, 2, 2)), so
+    the concatenated width stays ``4·D``.
+    """
+    check_count(num_layers, "num_layers")
+    return tuple(min(max(math.floor(l * num_layers / 24 + 0.5), 1), num_layers) for l in RELEASE_LEVELS)
 
 
 def concat_levels(levels: torch.Tensor | Sequence[torch.Tensor] | Mapping[int, torch.Tensor], width: int) -> torch.Tensor:

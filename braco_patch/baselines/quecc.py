@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_scale, region_tokens
+from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_index, region_scale, region_tokens
 
 __all__ = ["QueCC", "last_token_state"]
 
@@ -84,6 +84,10 @@ class QueCC(nn.Module):
     @property
     def output_tokens(self) -> int:
         return self.budget
+
+    def regions(self, device: torch.device | None = None) -> torch.Tensor:
+        """``[K, s²]`` grid positions each output token attends to (row-major regions), e.g. for a demo view."""
+        return region_index(self.grid_side, self.scale, device)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, budget={self.budget}, grid_side={self.grid_side}, scale={self.scale}, level_dim={self.level_dim}"

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_scale, region_tokens
+from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_index, region_scale, region_tokens
 
 __all__ = ["TokenPacker"]
 
@@ -71,6 +71,10 @@ class TokenPacker(nn.Module):
     @property
     def output_tokens(self) -> int:
         return self.budget
+
+    def regions(self, device: torch.device | None = None) -> torch.Tensor:
+        """``[K, s²]`` grid positions each output token attends to (row-major regions), e.g. for a demo view."""
+        return region_index(self.grid_side, self.scale, device)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, out_dim={self.out_dim}, budget={self.budget}, grid_side={self.grid_side}, scale={self.scale}"

@@ -58,3 +58,11 @@ def test_sincos_positions_by_formula():
                 omegas = [1.0 / 10000 ** (i / (dim / 4)) for i in range(dim // 4)]
                 row += [math.sin(p * w) for w in omegas] + [math.cos(p * w) for w in omegas]
             torch.testing.assert_close(pos[r * cols + c], torch.tensor(row, dtype=torch.float64))
+
+
+def test_multi_level_layers():
+    from braco_patch.baselines._common import multi_level_layers
+
+    assert multi_level_layers(24) == (12, 16, 22, 23)
+    assert multi_level_layers(27) == (14, 18, 25, 26)  # 13.5, 18, 24.75, 25.875 rounded half up
+    assert multi_level_layers(2) == (1, 1, 2, 2)

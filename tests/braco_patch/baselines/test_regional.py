@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from braco_patch.baselines import QueCC, TokenPacker
-from braco_patch.baselines._common import region_index
 from braco_patch.baselines.quecc import last_token_state
 
 D, SIDE = 16, 12
@@ -28,7 +27,7 @@ def test_a_query_sees_only_its_own_region(cls, budget):
     x, levels = _inputs()
     text = torch.randn(2, 20)
     base = _run(module, x, levels, text)
-    regions = region_index(SIDE, module.scale)
+    regions = module.regions()  # what a demo view would draw: verified below as what each query sees
     r = budget - 1  # the last region
     outside = torch.ones(SIDE * SIDE, dtype=torch.bool)
     outside[regions[r]] = False
