@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Callable, Literal
 
 from ..cost.flops import LMDims, linear_flops, llm_prefill_flops, projector_flops, total
+from ._common import region_scale
 
 __all__ = [
     "prumerge_flops",
@@ -120,7 +121,7 @@ def quecc_flops(
     Text projection ``2·d_text·D``, its ``add`` to the N features, the query MLP on N tokens, the depthwise
     conv ``2·K·D·s²``, key/value MLPs on the multi-level features, attention over ``s²`` keys per query.
     """
-    n, s = grid_side**2, grid_side // round(budget**0.5)
+    n, s = grid_side**2, region_scale(budget, grid_side, "QueCC")
     width = 4 * dim if level_dim is None else level_dim
     parts = {
         "text_projection": linear_flops(1, text_dim, dim),
@@ -144,7 +145,7 @@ def tokenpacker_flops(
     dim: int, out_dim: int, grid_side: int, budget: int, *, level_dim: int | None = None, count_attention: bool = False, batch: int = 1
 ) -> dict[str, int]:
     """:class:`~.tokenpacker.TokenPacker` including its MLP (it ends in d_llm). Bilinear downsampling is not counted."""
-    n, s = grid_side**2, grid_side // round(budget**0.5)
+    n, s = grid_side**2, region_scale(budget, grid_side, "TokenPacker")
     width = 4 * dim if level_dim is None else level_dim
     parts = {"q_proj": linear_flops(budget, dim, dim), "k_mlp": _mlp2(n, width, dim), "v_mlp": _mlp2(n, width, dim)}
     parts.update(_attention(budget, n, dim, count_attention, kv_per_query=s * s))

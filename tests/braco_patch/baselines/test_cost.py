@@ -79,3 +79,10 @@ def test_paper_module_cost_table():
     assert ours["prumerge"] == pytest.approx(0.724, rel=1e-2)
     second_similarity = 2 * 576 * 576 * 4096 / 1e9
     assert ours["divprune"] + second_similarity == pytest.approx(29.603, rel=1e-3)
+
+
+def test_cost_functions_share_the_budget_rule():
+    with pytest.raises(ValueError, match="QueCC cannot give 25 tokens on a 24x24 grid"):
+        quecc_flops(1024, 24, 25, 4096)
+    with pytest.raises(ValueError, match="TokenPacker cannot give 25 tokens on a 24x24 grid"):
+        tokenpacker_flops(1024, 4096, 24, 25)
