@@ -111,3 +111,14 @@ def test_region_methods_refuse_25_on_a_24_grid(name):
 def test_25_tokens_where_the_method_allows_it(name):
     module = BUILD[name](25).eval()
     assert module(**_inputs(name, 1)).shape[1] == 25
+
+
+def test_baselines_import_nothing_from_llava():
+    import pathlib
+    import re
+
+    package = pathlib.Path(__file__).resolve().parents[3] / "braco_patch" / "baselines"
+    files = sorted(package.glob("*.py"))
+    assert len(files) >= 8
+    for path in files:
+        assert not re.search(r"^\s*(from|import)\s+llava\b", path.read_text(), re.M), f"{path.name} imports llava"
