@@ -100,13 +100,14 @@ def mqt_flops(
 ) -> dict[str, int]:
     """:class:`~.mqt.MQTAbstractor` with ``m = num_tokens`` queries over N = ``tokens`` features.
 
-    ``add``: query + position (``m·D``; plus ``N·D`` for content keys ``x + p``). Position keys are projected
-    per image, as the module computes them.
+    ``add``: query + position once per call (``m·D``), plus ``N·D`` per image for content keys ``x + p``. The
+    (shared) queries and position keys are projected per image, as the module computes them.
     """
-    parts = {"add": num_tokens * dim + (tokens * dim if keys == "features" else 0)}
-    parts.update(_attention(num_tokens, tokens, dim, count_attention))
-    parts["proj"] = linear_flops(num_tokens, dim, out_dim)
-    return _scale(parts, batch)
+    parts = _scale({"add": tokens * dim if keys == "features" else 0}, batch)
+    parts["add"] += num_tokens * dim
+    parts.update(_scale(_attention(num_tokens, tokens, dim, count_attention), batch))
+    parts["proj"] = batch * linear_flops(num_tokens, dim, out_dim)
+    return parts
 
 
 def _mlp2(tokens: int, d_in: int, d: int) -> int:

@@ -86,3 +86,13 @@ def test_cost_functions_share_the_budget_rule():
         quecc_flops(1024, 24, 25, 4096)
     with pytest.raises(ValueError, match="TokenPacker cannot give 25 tokens on a 24x24 grid"):
         tokenpacker_flops(1024, 4096, 24, 25)
+
+
+def test_elementwise_parts_by_hand():
+    # MQT adds the query positions once per call, content keys x + p once per image.
+    assert mqt_flops(8, 4, 36, 5, batch=3)["add"] == 5 * 8
+    assert mqt_flops(8, 4, 36, 5, keys="features", batch=3)["add"] == 5 * 8 + 3 * 36 * 8
+    # PruMerge: centre + merged (M·D) and the pruned-token mask on the scores (N), per image.
+    parts = prumerge_flops(8, 36, 3, batch=2)
+    assert (parts["add"], parts["scale"]) == (2 * 3 * 8, 2 * 36)
+    assert elementwise(quecc_flops(8, 12, 9, 5, batch=2)) == 2 * 144 * 8  # text added to every feature
