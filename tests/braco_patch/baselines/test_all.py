@@ -122,3 +122,12 @@ def test_baselines_import_nothing_from_llava():
     assert len(files) >= 8
     for path in files:
         assert not re.search(r"^\s*(from|import)\s+llava\b", path.read_text(), re.M), f"{path.name} imports llava"
+
+
+def test_parameter_counts_of_the_released_sizes():
+    # Facts from the releases: MQT-LLaVA's abstractor ~8.7 M parameters, TokenPacker ~37 M (CLIP-L, Vicuna-7B).
+    with torch.device("meta"):
+        mqt = MQTAbstractor(1024, 4096, 256)
+        packer = TokenPacker(1024, 4096, 16, 24)
+    assert sum(p.numel() for p in mqt.parameters()) / 1e6 == pytest.approx(8.7, rel=1e-2)
+    assert sum(p.numel() for p in packer.parameters()) / 1e6 == pytest.approx(37, rel=1.5e-2)
