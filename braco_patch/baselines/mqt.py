@@ -1,0 +1,132 @@
+"""MQT-LLaVA (Hu et al., NeurIPS 2024; gordonhu608/MQT-LLaVA): a Matryoshka query transformer.
+
+The ``mlp2x_gelu`` projector is replaced by one cross-attention layer ("query abstractor") whose ``Q`` (256)
+learned queries carry 2-D sin-cos positions of a ``√Q x √Q`` grid:
+
+    out = (MHA(LN_q(q + p_q), LN_k(keys), LN_v(x))) · W_proj,     W_proj: [D, d_llm], no bias
+
+where ``x`` are the tower features ``[B, N, D]`` and the keys are, as in the release, the 2-D sin-cos
+positions of the query grid resized bicubically to the feature grid (``keys="position"``: the attention
+pattern then does not depend on the image), or ``LN_k(x + p_x)`` (``keys="features"``: content keys, the
+Qwen-VL resampler the release derives from). Queries never attend to each other, so query ``i``'s output
+does not depend on how many queries run: **the first m outputs at budget M equal the m-token output**.
+
+Nested (Matryoshka) training: in training mode each forward uses a random prefix of ``m`` queries, ``m``
+drawn uniformly from ``{2, 4, …, Q}`` (the release's second stage; ``nested=False`` uses all ``Q``, its
+first stage). At inference any ``1 ≤ K ≤ Q`` runs from one checkpoint (``num_tokens``, the release's
+``--num_visual_tokens``).
+
+Boundary: pre-projector in the paper's table, but the module *is* the projector: ``[B, N, D] → [B, K, d_llm]``.
+Trainable: queries ``[Q, D]``, the attention (q/k/v/out projections with biases), three LayerNorms and
+``W_proj`` (8.7 M for D = 1024, d_llm = 4096, Q = 256). The query positions are a fixed buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._common import CrossAttention, check_count, check_tokens, sincos_2d, square_side
+
+__all__ = ["MQTAbstractor", "nested_lengths"]
+
+
+def nested_lengths(num_queries: int) -> list[int]:
+    """The prefix lengths drawn in nested training: ``2, 4, …`` up to ``num_queries`` (``[1]`` when it is 1)."""
+    return list(range(2, num_queries + 1, 2)) or [num_queries]
+
+
+class MQTAbstractor(nn.Module):
+    """Query transformer with Matryoshka queries.
+
+    Args:
+        dim: tower feature width D (also the attention width).
+        out_dim: LLM hidden size d_llm.
+        num_queries: Q, a perfect square (256 in the release: a 16 x 16 query grid).
+        num_tokens: K used in eval mode when ``forward`` gets none (the paper's budgets 4/9/16/25).
+        heads: attention heads (16 in the release).
+        keys: ``"position"`` (the release) or ``"features"`` (content keys).
+        nested: sample a random prefix length in training (the release's stage 2).
+    """
+
+    boundary = "pre"
+    placement = "replaces_projector"
+    needs: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        dim: int,
+        out_dim: int,
+        num_queries: int = 256,
+        *,
+        num_tokens: int | None = None,
+        heads: int = 16,
+        keys: Literal["position", "features"] = "position",
+        nested: bool = True,
+    ) -> None:
+        super().__init__()
+        self.dim, self.out_dim = check_count(dim, "dim"), check_count(out_dim, "out_dim")
+        self.num_queries = check_count(num_queries, "num_queries")
+        self.query_side = math.isqrt(num_queries)
+        if self.query_side**2 != num_queries:
+            raise ValueError(f"num_queries must be a perfect square (queries sit on a grid, 256 = 16x16 in the release), got {num_queries}")
+        if keys not in ("position", "features"):
+            raise ValueError(f"keys must be 'position' (the release) or 'features', got {keys!r}")
+        self.keys = keys
+        self.nested = bool(nested)
+        self.num_tokens = self.num_queries if num_tokens is None else self._check_tokens(num_tokens)
+        self.query = nn.Parameter(nn.init.trunc_normal_(torch.empty(num_queries, dim), std=0.02))
+        self.register_buffer("query_pos", sincos_2d(dim, self.query_side, self.query_side).float(), persistent=False)
+        self.attn = CrossAttention(dim, heads)
+        self.ln_q, self.ln_k, self.ln_v = (nn.LayerNorm(dim, eps=1e-6) for _ in range(3))
+        self.proj = nn.Parameter(torch.randn(dim, out_dim) * out_dim**-0.5)
+
+    @property
+    def output_tokens(self) -> int:
+        """K in eval mode (``num_tokens``)."""
+        return self.num_tokens
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, out_dim={self.out_dim}, num_queries={self.num_queries}, num_tokens={self.num_tokens}, keys={self.keys}"
+
+    def _check_tokens(self, count: int) -> int:
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= self.num_queries:
+            raise ValueError(f"MQT-LLaVA can return 1 to {self.num_queries} tokens (its query count), got {count!r}")
+        return count
+
+    def key_positions(self, side: int) -> torch.Tensor:
+        """``[side², D]``: the query-grid positions resized bicubically to a ``side x side`` feature grid."""
+        grid = self.query_pos.reshape(1, self.query_side, self.query_side, -1).permute(0, 3, 1, 2)
+        grid = F.interpolate(grid, size=(side, side), mode="bicubic", align_corners=False)
+        return grid.permute(0, 2, 3, 1).reshape(side * side, -1)
+
+    def sample_length(self) -> int:
+        """A training prefix length, uniform over :func:`nested_lengths` (drawn with the global torch RNG)."""
+        lengths = nested_lengths(self.num_queries)
+        return lengths[int(torch.randint(len(lengths), ()))]
+
+    def forward(self, features: torch.Tensor, num_tokens: int | None = None) -> torch.Tensor:
+        """``[B, N, D]`` (N a square) → ``[B, m, d_llm]``.
+
+        ``m`` is ``num_tokens`` when given; else a random nested length in training (``nested=True``) and
+        the module's ``num_tokens`` in eval.
+        """
+        check_tokens(features, self.dim)
+        side = square_side(features.shape[1])
+        if num_tokens is not None:
+            m = self._check_tokens(num_tokens)
+        elif self.training and self.nested:
+            m = self.sample_length()
+        else:
+            m = self.num_tokens
+        dtype = features.dtype
+        pos = self.key_positions(side).to(dtype)
+        q = self.ln_q(self.query[:m].to(dtype) + self.query_pos[:m].to(dtype))
+        k = self.ln_k(pos).expand(features.shape[0], -1, -1) if self.keys == "position" else self.ln_k(features + pos)
+        v = self.ln_v(features)
+        out = self.attn(q.expand(features.shape[0], -1, -1), k, v)
+        return torch.matmul(out, self.proj.to(dtype))

@@ -1,0 +1,197 @@
+"""LLaVA-PruMerge and PruMerge+ (Shang et al., ICCV 2025; 42Shawn/LLaVA-PruMerge).
+
+Training-free and prompt-independent; it sits between the vision tower and the ``mlp2x_gelu`` projector.
+
+1. **Importance**: the CLS token's attention to every patch in the penultimate tower layer. The repository
+   recomputes it as one full-width head, ``softmax(q_CLS · Kᵀ / √D)`` over all ``1 + N`` tokens, patches
+   kept (:func:`single_head_cls_attention` reproduces that). With the tower's own multi-head attention
+   probabilities ``[B, heads, T, T]`` the CLS row is averaged over heads (:func:`importance_scores`).
+   **Towers without CLS** (SigLIP): the substitute is the mean attention each patch *receives*, averaged
+   over heads and query positions — the column mean of the attention matrix.
+2. **Selection**: adaptive (the paper) keeps the IQR outliers, scores above ``Q3 + 1.5·(Q3 − Q1)``
+   (quartiles with linear interpolation, numpy's default); fixed-K (for matched budgets) keeps the top
+   scores. PruMerge+ adds spatially uniform samples (below).
+3. **Merging**: each kept token ``i`` finds its ``k`` (32) most similar other tokens by key cosine
+   similarity (kept or pruned, as in the repository) and absorbs them weighted by their attention scores:
+   ``y_i = x_i + Σ_{j∈kNN(i)} a_j x_j`` (an unnormalised sum, as the repository computes it).
+4. **Extra token**: the attention-weighted sum of all pruned tokens, ``Σ_{j pruned} a_j x_j``, appended last.
+
+Output order: kept tokens by descending score (then PruMerge+'s uniform samples), then the extra token.
+
+Budget rule. Fixed-K mode returns exactly ``K`` tokens: ``K − 1`` kept + the extra token (``K`` kept without
+it); PruMerge+ splits the kept ones into ``⌊kept/2⌋`` uniform samples at flattened positions
+``⌊(i + ½)·N / n⌋`` (the repository's fixed-ratio sequence) and the top scores among the other tokens.
+Adaptive mode (``budget=None``) keeps a data-dependent count per image and returns a list of ``[K_b, D]``
+tensors; it reads the count on the host (one sync per image), so it is for evaluation, not CUDA graphs.
+The repository pools the IQR over the whole batch; here every image has its own quartiles, so batching
+never changes an image's tokens. Adaptive PruMerge+ adds positions ``0, s, 2s, …`` with
+``s = ⌊⌊1/ratio⌋ / 3⌋`` not already kept, as the repository does.
+
+Boundary: pre-projector (``[B, N, D] → [B, K, D]``); no parameters (the original also fine-tunes the LLM with
+LoRA, which is a training choice, not part of this module).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ._common import check_count, check_tokens
+
+__all__ = ["PruMerge", "importance_scores", "single_head_cls_attention", "iqr_outliers", "merge_tokens", "uniform_positions"]
+
+
+def single_head_cls_attention(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """The repository's score: ``softmax(q_0 Kᵀ / √D)[1:]`` from full-width q/k projections ``[B, 1 + N, D]`` → ``[B, N]``."""
+    logits = torch.matmul(queries[:, :1].float(), keys.float().transpose(1, 2)) * queries.shape[-1] ** -0.5
+    return torch.softmax(logits, dim=-1)[:, 0, 1:]
+
+
+def importance_scores(attention: torch.Tensor, num_patches: int) -> torch.Tensor:
+    """Per-patch importance ``[B, N]`` (float32) from attention probabilities.
+
+    ``attention``: ``[B, heads, T, T]`` or ``[B, T, T]`` with ``T = 1 + N`` (CLS row, heads averaged) or
+    ``T = N`` (no CLS: attention received, averaged over heads and queries); or ``[B, N]`` scores as they are.
+    """
+    if attention.dim() == 2 and attention.shape[1] == num_patches:
+        return attention.float()
+    if attention.dim() == 3:
+        attention = attention.unsqueeze(1)
+    if attention.dim() != 4 or attention.shape[-1] != attention.shape[-2] or attention.shape[-1] not in (num_patches, num_patches + 1):
+        raise ValueError(
+            f"expected attention [batch, heads, T, T] with T = {num_patches + 1} (CLS) or {num_patches} (no CLS), "
+            f"or scores [batch, {num_patches}], got {tuple(attention.shape)}"
+        )
+    attention = attention.float()
+    if attention.shape[-1] == num_patches + 1:
+        return attention[:, :, 0, 1:].mean(dim=1)
+    return attention.mean(dim=(1, 2))
+
+
+def iqr_outliers(scores: torch.Tensor) -> torch.Tensor:
+    """``[B, N]`` → boolean ``[B, N]``: scores above ``Q3 + 1.5·IQR`` of their own row."""
+    q = torch.quantile(scores.float(), torch.tensor([0.25, 0.75], device=scores.device), dim=1)  # [2, B]
+    upper = q[1] + 1.5 * (q[1] - q[0])
+    return scores > upper.unsqueeze(1)
+
+
+def uniform_positions(num_patches: int, count: int, device: torch.device | None = None) -> torch.Tensor:
+    """``count`` evenly spread flattened positions ``⌊(i + ½)·N / count⌋`` (PruMerge+'s fixed-budget samples)."""
+    i = torch.arange(count, device=device, dtype=torch.float64)
+    return torch.floor((i + 0.5) * num_patches / count).long()
+
+
+def merge_tokens(
+    features: torch.Tensor, keys: torch.Tensor, scores: torch.Tensor, kept: torch.Tensor, neighbours: int, extra_token: bool
+) -> torch.Tensor:
+    """Steps 3–4 for kept positions ``kept [B, M]``: ``[B, M (+1), D]``.
+
+    ``features [B, N, D]``, ``keys [B, N, Dk]``, ``scores [B, N]``. The neighbour weights form a sparse
+    ``[B, M, N]`` matrix (score at each kNN position, 0 elsewhere), applied as one matmul.
+    """
+    b, n, d = features.shape
+    unit = nn.functional.normalize(keys.float(), dim=-1)
+    kept_unit = torch.gather(unit, 1, kept.unsqueeze(-1).expand(-1, -1, unit.shape[-1]))
+    sim = torch.matmul(kept_unit, unit.transpose(1, 2))  # [B, M, N]
+    sim = sim.scatter(2, kept.unsqueeze(-1), float("-inf"))  # a token is not its own neighbour
+    nn_idx = sim.topk(min(neighbours, n - 1), dim=2).indices
+    a = scores.to(features.dtype)
+    weights = torch.zeros(b, kept.shape[1], n, dtype=features.dtype, device=features.device)
+    weights = weights.scatter(2, nn_idx, torch.gather(a.unsqueeze(1).expand(-1, kept.shape[1], -1), 2, nn_idx))
+    centres = torch.gather(features, 1, kept.unsqueeze(-1).expand(-1, -1, d))
+    out = centres + torch.matmul(weights, features)
+    if not extra_token:
+        return out
+    pruned = torch.ones(b, n, dtype=torch.bool, device=features.device).scatter(1, kept, False)
+    extra = torch.matmul((a * pruned).unsqueeze(1), features)  # [B, 1, D]
+    return torch.cat([out, extra], dim=1)
+
+
+class PruMerge(nn.Module):
+    """CLS-attention pruning with key-similarity merging (``plus=True``: PruMerge+).
+
+    Args:
+        dim: tower feature width D.
+        budget: K output tokens (fixed-K mode), or ``None`` for the adaptive IQR mode.
+        plus: add spatially uniform samples (PruMerge+).
+        neighbours: k, tokens each kept token absorbs (32 in the repository's inference path; capped at N − 1).
+        extra_token: append the attention-weighted sum of the pruned tokens (the repository does).
+    """
+
+    boundary = "pre"
+    placement = "before_projector"
+    needs = frozenset({"attention", "keys"})
+
+    def __init__(self, dim: int, budget: int | None = None, *, plus: bool = False, neighbours: int = 32, extra_token: bool = True) -> None:
+        super().__init__()
+        self.dim = check_count(dim, "dim")
+        self.budget = None if budget is None else check_count(budget)
+        self.plus = bool(plus)
+        self.neighbours = check_count(neighbours, "neighbours")
+        self.extra_token = bool(extra_token)
+        if self.budget is not None and self.kept_tokens < 1:
+            raise ValueError(f"PruMerge needs at least one kept token besides the extra token, so the budget must be at least 2, got {budget}")
+
+    @property
+    def kept_tokens(self) -> int | None:
+        """Kept (merged) tokens in fixed-K mode: ``K − 1`` with the extra token, else ``K``."""
+        return None if self.budget is None else self.budget - int(self.extra_token)
+
+    @property
+    def output_tokens(self) -> int | None:
+        """K in fixed-K mode; ``None`` (data-dependent) in adaptive mode."""
+        return self.budget
+
+    def extra_repr(self) -> str:
+        mode = "adaptive" if self.budget is None else f"budget={self.budget}"
+        return f"dim={self.dim}, {mode}, plus={self.plus}, neighbours={self.neighbours}, extra_token={self.extra_token}"
+
+    # -- selection -----------------------------------------------------------------------------------
+    def select(self, scores: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        """Kept positions: ``[B, M]`` in fixed-K mode, a list of ``[M_b]`` in adaptive mode (output order)."""
+        n = scores.shape[1]
+        if self.budget is None:
+            return [self._select_adaptive(row) for row in scores]
+        m = self.kept_tokens
+        if m > n:
+            raise ValueError(f"PruMerge cannot keep {m} of {n} tokens; the budget must be at most {n + int(self.extra_token)}")
+        if not self.plus:
+            return scores.topk(m, dim=1).indices
+        uniform = uniform_positions(n, m // 2, scores.device)
+        top = scores.index_fill(1, uniform, float("-inf")).topk(m - m // 2, dim=1).indices
+        return torch.cat([top, uniform.unsqueeze(0).expand(scores.shape[0], -1)], dim=1)
+
+    def _select_adaptive(self, row: torch.Tensor) -> torch.Tensor:
+        n = row.shape[0]
+        count = max(int(iqr_outliers(row.unsqueeze(0)).sum()), 1)  # host sync: the count is data-dependent
+        idx = row.topk(count).indices
+        if self.plus:
+            step = max((n // count) // 3, 1)  # int(1 / ratio) // 3 with ratio = count / N
+            extra = torch.arange(0, n - 1, step, device=row.device)
+            idx = torch.cat([idx, extra[~torch.isin(extra, idx)]])
+        return idx
+
+    # -- forward -------------------------------------------------------------------------------------
+    def forward(self, features: torch.Tensor, attention: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        """Compress ``features [B, N, D]``.
+
+        Args:
+            attention: ``[B, heads, T, T]`` probabilities of the select layer (``T = N + 1`` with CLS,
+                ``N`` without), or per-patch scores ``[B, N]`` (e.g. :func:`single_head_cls_attention`).
+            keys: ``[B, T, Dk]`` key projections of the same layer (a leading CLS key is dropped).
+        Returns:
+            ``[B, K, D]`` (fixed-K) or a list of ``B`` tensors ``[K_b, D]`` (adaptive).
+        """
+        check_tokens(features, self.dim)
+        b, n, _ = features.shape
+        if keys.dim() != 3 or keys.shape[0] != b or keys.shape[1] not in (n, n + 1):
+            raise ValueError(f"expected keys of shape [{b}, {n} or {n + 1}, key_dim], got {tuple(keys.shape)}")
+        keys = keys[:, keys.shape[1] - n:]
+        scores = importance_scores(attention, n)
+        kept = self.select(scores)
+        if self.budget is not None:
+            return merge_tokens(features, keys, scores, kept, self.neighbours, self.extra_token)
+        return [
+            merge_tokens(features[i : i + 1], keys[i : i + 1], scores[i : i + 1], idx.unsqueeze(0), self.neighbours, self.extra_token)[0]
+            for i, idx in enumerate(kept)
+        ]
