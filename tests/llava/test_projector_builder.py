@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from braco_patch import BracoCoder
+from braco_patch.config import PROJECTOR_PATTERN
 from llava.model.multimodal_projector.builder import build_vision_projector, list_projectors, resolve_projector
 
 # One concrete name per registered pattern; a new registration without an example fails the test below.
@@ -14,8 +15,7 @@ EXAMPLES = {
     "linear": "linear",
     r"mlp(\d+)x_gelu": "mlp3x_gelu",
     "identity": "identity",
-    r"braco_c\d+s\d+(?:_(?:coef|idct|randrot|vanilla))?": "braco_c2s5_idct",
-    r"braco_k\d+": "braco_k16",
+    PROJECTOR_PATTERN: "braco_c2s5_idct",
     r"fourier_mlp(\d+)x_gelu": "fourier_mlp2x_gelu",
 }
 
