@@ -244,7 +244,7 @@ class CompressorPlugin:
     """The declaration of one compressor (see the module docstring).
 
     Args:
-        name: Short name for messages (``"braco"``).
+        name: Short name for messages and flag help (e.g. ``"divprune"``).
         projectors: Name patterns and factories.
         settings: Config keys / training flags.
         key_prefixes: Config-key prefixes the plugin owns; an undeclared key with one of them is an error.
