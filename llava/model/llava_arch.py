@@ -289,7 +289,8 @@ class LlavaMetaForCausalLM(ABC):
 
         When the projector's compressor plugin needs nothing beyond the select layer (built-ins, or
         :attr:`ModelNeeds.extra` false) this is upstream's ``projector(tower(images))``. Otherwise the tower
-        is asked for what the plugin declared, ``tower.encode(images, layers=..., attention_layer=...)``, and
+        is asked for what the plugin declared (``tower.encode(images, layers=..., attention_layer=...)`` when it
+        needs other layers or the attention, ``tower(images)`` otherwise), and
         the projector is called as ``projector(features, inputs)`` with a :class:`CompressorInputs`
         (see :mod:`llava.model.multimodal_projector.plugins`). The prompt, for plugins that need it, is the one
         :meth:`prepare_inputs_labels_for_multimodal` sets for these images (``None`` when this is called on its
@@ -318,16 +319,17 @@ class LlavaMetaForCausalLM(ABC):
 
     def _compressor_inputs(self, tower: Any, projector: nn.Module, images: torch.Tensor, needs: ModelNeeds) -> CompressorInputs:
         """Ask the tower for what ``needs`` lists and package it, cast once to the projector's dtype/device."""
-        select_layer = getattr(self.config, "mm_vision_select_layer", -2)
-        out = tower.encode(images, layers=tuple(needs.tower_layers), attention_layer=select_layer if needs.attention else None)
-        inputs = CompressorInputs(
-            features=_to_projector(out.features, projector),
-            grid_shape=_grid_shape(tower),
-            has_cls_token=bool(getattr(tower, "has_cls_token", True)),
-            layers={index: _to_projector(value, projector) for index, value in (out.layers or {}).items()},
-            attention=None if out.attention is None else _to_projector(out.attention, projector),
-            keys=None if out.keys is None else _to_projector(out.keys, projector),
-        )
+        inputs = CompressorInputs(features=images, grid_shape=_grid_shape(tower), has_cls_token=bool(getattr(tower, "has_cls_token", True)))
+        if needs.tower_layers or needs.attention:
+            select_layer = getattr(self.config, "mm_vision_select_layer", -2)
+            attention_layer = select_layer if needs.attention else None
+            out = tower.encode(images, layers=tuple(needs.tower_layers), attention_layer=attention_layer)
+            inputs.features = _to_projector(out.features, projector)
+            inputs.layers = {index: _to_projector(value, projector) for index, value in (out.layers or {}).items()}
+            inputs.attention = None if out.attention is None else _to_projector(out.attention, projector)
+            inputs.keys = None if out.keys is None else _to_projector(out.keys, projector)
+        else:  # only the prompt: the tower call of upstream
+            inputs.features = _to_projector(tower(images), projector)
         if needs.prompt:
             prompt = getattr(self, "_compressor_prompt", None)
             if prompt is not None:
