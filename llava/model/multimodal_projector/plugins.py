@@ -36,7 +36,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -420,10 +420,6 @@ def settings_in(values: Mapping[str, Any], plugin: CompressorPlugin) -> dict[str
     return {key: values[key] for key in plugin.keys if values.get(key) is not None}
 
 
-def declared_keys() -> Sequence[str]:
-    return [setting.key for _, setting in plugin_settings()]
-
-
 def find_tool(name: str) -> Callable[..., Any] | None:
     """The helper ``name`` of the first registered plugin that offers one, or ``None``."""
     for plugin in list_plugins():
@@ -441,7 +437,6 @@ __all__ = [
     "RunInfo",
     "Setting",
     "check_plugin_config",
-    "declared_keys",
     "find_tool",
     "list_plugins",
     "needs_for_config",
