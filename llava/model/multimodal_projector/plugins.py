@@ -64,6 +64,8 @@ class Setting:
             and is not written, so the plugin's own default applies).
         choices: Accepted values (``str`` settings).
         minimum, maximum: Inclusive bounds (numeric settings).
+        runtime: The setting may change after loading, without retraining (e.g. the token count of a nested
+            query compressor); see :func:`apply_runtime_settings`.
     """
 
     key: str
@@ -73,6 +75,7 @@ class Setting:
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
+    runtime: bool = False
 
     def __post_init__(self) -> None:
         if not self.key.startswith("mm_") or not self.key.isidentifier():
@@ -420,6 +423,33 @@ def settings_in(values: Mapping[str, Any], plugin: CompressorPlugin) -> dict[str
     return {key: values[key] for key in plugin.keys if values.get(key) is not None}
 
 
+def apply_runtime_settings(model: Any, values: Mapping[str, Any]) -> None:
+    """Change ``runtime`` settings of a loaded model's compressor (e.g. from an eval flag), checked.
+
+    Each value is parsed by its :class:`Setting`, written to ``model.config`` and, when the projector has an
+    ``apply_settings(dict)`` method, handed to it (the plugin decides what changing it means).
+
+    Raises:
+        ValueError: If the model has no compressor plugin, a key is not one of its runtime settings, or a value
+            is refused.
+    """
+    config = model.config
+    plugin = plugin_for(getattr(config, "mm_projector_type", None))
+    if plugin is None:
+        raise ValueError(f"mm_projector_type {getattr(config, 'mm_projector_type', None)!r} has no runtime settings")
+    runtime = [setting.key for setting in plugin.settings if setting.runtime]
+    parsed: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in runtime:
+            raise ValueError(f"{key!r} is not a runtime setting of the {plugin.name!r} compressor; runtime settings: {runtime or 'none'}")
+        parsed[key] = plugin.setting(key).parse(value)
+    for key, value in parsed.items():
+        setattr(config, key, value)
+    projector = model.get_model().mm_projector
+    if parsed and callable(getattr(projector, "apply_settings", None)):
+        projector.apply_settings(parsed)
+
+
 def find_tool(name: str) -> Callable[..., Any] | None:
     """The helper ``name`` of the first registered plugin that offers one, or ``None``."""
     for plugin in list_plugins():
@@ -430,6 +460,7 @@ def find_tool(name: str) -> Callable[..., Any] | None:
 
 __all__ = [
     "BOUNDARIES",
+    "apply_runtime_settings",
     "CompressorInputs",
     "CompressorPlugin",
     "ModelNeeds",

@@ -23,6 +23,7 @@ from llava.model.multimodal_projector.plugins import (
     ProjectorType,
     RunInfo,
     Setting,
+    apply_runtime_settings,
     register_plugin,
     unregister_plugin,
 )
@@ -43,6 +44,9 @@ class TinyPool(nn.Module):
         self.gain = nn.Parameter(torch.full((1,), float(gain_init)))
         self.proj = nn.Linear(dim, hidden)
         self.seen_prompt_ids: list[list[int]] = []
+
+    def apply_settings(self, values: dict) -> None:
+        self.tokens = values.get("mm_tinypool_tokens", self.tokens)
 
     def forward(self, features: torch.Tensor, inputs=None) -> torch.Tensor:
         side = int(features.shape[1] ** 0.5)
@@ -77,6 +81,7 @@ TINY_PLUGIN = CompressorPlugin(
     settings=(
         Setting("mm_tinypool_gain_init", float, "initial output gain", default=1.0, minimum=0.0),
         Setting("mm_tinypool_use_prompt", bool, "add the prompt's mean embedding", default=False),
+        Setting("mm_tinypool_tokens", int, "tokens per image at inference (<= the name's K)", minimum=1, runtime=True),
     ),
     key_prefixes=("mm_tinypool_",),
     run_defaults=lambda run: {"mm_tinypool_gain_init": 0.5 if run.stage == "pretrain" else 0.25},
@@ -188,3 +193,16 @@ def test_bad_plugin_values_in_config_are_refused(trained: Path, tmp_path: Path, 
 
 def test_run_info_reaches_run_defaults(tiny_plugin):
     assert tiny_plugin.run_defaults(RunInfo("pretrain", 10, "tinypool_k4")) == {"mm_tinypool_gain_init": 0.5}
+
+
+def test_runtime_settings_change_a_loaded_model(trained: Path):
+    _, model, _, _ = load_pretrained_model(str(trained), None, trained.name, device="cpu")
+    image = torch.zeros(1, 3, 48, 48)
+    with torch.no_grad():
+        assert model.encode_images(image).shape[1] == 4
+        apply_runtime_settings(model, {"mm_tinypool_tokens": "2"})
+        assert model.encode_images(image).shape[1] == 2 and model.config.mm_tinypool_tokens == 2
+    with pytest.raises(ValueError, match="'mm_tinypool_gain_init' is not a runtime setting of the 'tinypool' compressor"):
+        apply_runtime_settings(model, {"mm_tinypool_gain_init": 1.0})
+    with pytest.raises(ValueError, match="mm_tinypool_tokens must be between 1 and inf, got 0"):
+        apply_runtime_settings(model, {"mm_tinypool_tokens": 0})
