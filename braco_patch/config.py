@@ -193,6 +193,8 @@ NAME_PATTERN = re.compile(
 )
 PROJECTOR_PREFIX = "braco_"
 PROJECTOR_PATTERN = PROJECTOR_PREFIX + NAME_PATTERN.pattern
+#: The official implementation's projector type: the coder, then an ``mlp{N}x_gelu`` (braco-official §2).
+OFFICIAL_PATTERN = r"fourier_mlp(\d+)x_gelu"
 
 
 def parse_name(name: str) -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -36,6 +36,7 @@ from .coder import BracoCoder
 from .config import (
     MM_KEYS,
     OFFICIAL_BUILDER_DEFAULTS,
+    OFFICIAL_PATTERN,
     PROJECTOR_PATTERN,
     PROJECTOR_PREFIX,
     BracoConfig,
@@ -49,7 +50,6 @@ from .schedule import DEFAULT_SCHEDULE, SCHEDULES, STAGE_TEMPERATURES, BracoAnne
 
 __all__ = ["PLUGIN", "braco_config_from_model_config", "build_braco_projector", "checkpoint_prefill_flops"]
 
-OFFICIAL_PATTERN = r"fourier_mlp(\d+)x_gelu"
 TEMPERATURE_KEYS = ("mm_fourier_temp_start", "mm_fourier_temp_end", "mm_fourier_temp_steps", "mm_fourier_temp_schedule")
 
 _HELP = {

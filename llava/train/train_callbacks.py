@@ -36,11 +36,6 @@ def unregister_callback_provider(provider: CallbackProvider) -> None:
         _PROVIDERS.remove(provider)
 
 
-def callback_providers() -> list[CallbackProvider]:
-    """The registered providers, in registration order."""
-    return list(_PROVIDERS)
-
-
 def _model_config(model: Any) -> Any:
     """The LLaVA config of ``model``, also through a PEFT wrapper."""
     get_model = getattr(model, "get_base_model", None)
@@ -63,7 +58,6 @@ def callbacks_for_model(model: Any) -> list["TrainerCallback"]:
 
 __all__ = [
     "CallbackProvider",
-    "callback_providers",
     "callbacks_for_model",
     "register_callback_provider",
     "unregister_callback_provider",
