@@ -321,6 +321,11 @@ class LlavaMetaForCausalLM(ABC):
         """Ask the tower for what ``needs`` lists and package it, cast once to the projector's dtype/device."""
         inputs = CompressorInputs(features=images, grid_shape=_grid_shape(tower), has_cls_token=bool(getattr(tower, "has_cls_token", True)))
         if needs.tower_layers or needs.attention:
+            if not callable(getattr(tower, "encode", None)):
+                raise ValueError(
+                    f"mm_projector_type {self.config.mm_projector_type!r} needs the vision tower's other layers or "
+                    f"attention, which {type(tower).__name__} does not provide (it has no encode method)"
+                )
             select_layer = getattr(self.config, "mm_vision_select_layer", -2)
             attention_layer = select_layer if needs.attention else None
             out = tower.encode(images, layers=tuple(needs.tower_layers), attention_layer=attention_layer)
