@@ -1,7 +1,8 @@
 """Braco: DCT backbone + basis-coordinate embedding + coordinate organisation + spatial residual tokens.
 
-The core imports nothing from ``llava``; :mod:`braco_patch.llava_plugin` is the one seam that registers
-Braco projectors into LLaVA's projector registry.
+The core imports nothing from ``llava``. :mod:`braco_patch.llava_plugin` is the seam: Braco's compressor plugin
+declaration for LLaVA's registry (projector types, settings, training schedule and callback); its demo picture,
+:mod:`braco_patch.view`, draws with LLaVA's panel helpers and is imported only when the demo asks for it.
 """
 
 from .coder import BracoCoder

@@ -17,6 +17,7 @@ import torch
 
 __all__ = [
     "dct_matrix",
+    "dct_rows",
     "haar_matrix",
     "random_orthogonal",
     "identity_matrix",
@@ -34,10 +35,24 @@ def dct_matrix(n: int) -> torch.Tensor:
     Returns:
         ``[n, n]`` float64, rows are frequencies.
     """
+    return dct_rows(n, n)
+
+
+def dct_rows(n: int, rows: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """The first ``rows`` DCT-II basis functions of length ``n``, evaluated at ``positions``.
+
+    At the integer positions ``0 .. n-1`` (the default) these are the rows of :func:`dct_matrix`; at
+    fractional positions they are the smooth cosines between lattice points (used to draw a low-pass surface).
+
+    Returns:
+        ``[rows, len(positions)]`` float64.
+    """
     _check_size(n)
-    k = torch.arange(n, dtype=torch.float64).unsqueeze(1)
-    j = torch.arange(n, dtype=torch.float64).unsqueeze(0)
-    d = torch.cos(math.pi / n * (j + 0.5) * k)
+    if not 1 <= rows <= n:
+        raise ValueError(f"rows must be between 1 and n={n}, got {rows}")
+    k = torch.arange(rows, dtype=torch.float64).unsqueeze(1)
+    j = torch.arange(n, dtype=torch.float64) if positions is None else torch.as_tensor(positions, dtype=torch.float64)
+    d = torch.cos(math.pi / n * (j.unsqueeze(0) + 0.5) * k)
     d[0] *= math.sqrt(1.0 / n)
     d[1:] *= math.sqrt(2.0 / n)
     return d

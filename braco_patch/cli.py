@@ -7,17 +7,6 @@ import importlib
 import logging
 import sys
 
-def positive_int(value: str) -> int:
-    """``argparse`` type for counts: an integer >= 1, else one clear error."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {number}")
-    return number
-
-
 #: subcommand -> module with ``main(argv)``.
 COMMANDS = {
     "demo": ("braco_patch.demo", "what the coder keeps of a real photograph, for every budget"),

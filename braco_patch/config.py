@@ -14,12 +14,15 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
-from .coordinates import COORDINATE_MODES, resolve_coordinates
+from .coordinates import COORDINATE_ALIASES, COORDINATE_MODES, canonical_coordinates, resolve_coordinates
 from .embedding import EMBEDDINGS
 from .residual import check_selection
 from .schedule import SCHEDULES
 
-__all__ = ["BracoConfig", "BRACO_BUDGETS", "allocate_budget", "MM_KEYS", "OFFICIAL_BUILDER_DEFAULTS"]
+__all__ = [
+    "BracoConfig", "BRACO_BUDGETS", "allocate_budget", "budget_preset", "MM_KEYS", "NAME_PATTERN", "OFFICIAL_BUILDER_DEFAULTS",
+    "parse_name",
+]
 
 #: The paper's main-table allocations (App. "Main Braco configurations"): K -> (C, S, coordinates).
 BRACO_BUDGETS: dict[int, tuple[int, int, str]] = {
@@ -45,6 +48,14 @@ def allocate_budget(tokens: int) -> tuple[int, int]:
         return c, s
     c = max(math.isqrt(tokens) - 1, 1)
     return c, tokens - c * c
+
+
+def budget_preset(tokens: int) -> dict[str, Any]:
+    """The fields a total budget K fixes: ``cutoff``, ``residual_tokens`` and ``coordinates`` (the table's
+    mode for 4/9/16/25, ``auto`` for any other K)."""
+    cutoff, residual = allocate_budget(tokens)
+    coordinates = BRACO_BUDGETS[tokens][2] if tokens in BRACO_BUDGETS else "auto"
+    return {"cutoff": cutoff, "residual_tokens": residual, "coordinates": coordinates}
 
 
 @dataclass(frozen=True)
@@ -110,11 +121,7 @@ class BracoConfig:
             raise ValueError(f"residual_tokens S must be >= 0, got {self.residual_tokens}")
         if self.cutoff == 0 and self.residual_tokens == 0:
             raise ValueError("cutoff C and residual_tokens S are both 0; a coder must output at least one token")
-        object.__setattr__(self, "coordinates", "coef" if self.coordinates == "vanilla" else self.coordinates)
-        if self.coordinates not in COORDINATE_MODES:
-            raise ValueError(
-                f"unknown coordinate mode {self.coordinates!r}; expected one of {list(COORDINATE_MODES)} (or 'vanilla')"
-            )
+        object.__setattr__(self, "coordinates", canonical_coordinates(self.coordinates))
         if self.embedding not in EMBEDDINGS:
             raise ValueError(f"unknown embedding {self.embedding!r}; expected one of {list(EMBEDDINGS)}")
         if self.num_freqs < 1:
@@ -163,20 +170,12 @@ class BracoConfig:
     @classmethod
     def from_budget(cls, tokens: int, **overrides: Any) -> "BracoConfig":
         """The paper's allocation for a total budget K (4/9/16/25), or the documented rule for any K."""
-        cutoff, residual = allocate_budget(tokens)
-        coords = BRACO_BUDGETS[tokens][2] if tokens in BRACO_BUDGETS else "auto"
-        return cls(**{"cutoff": cutoff, "residual_tokens": residual, "coordinates": coords, **overrides})
+        return cls(**{**budget_preset(tokens), **overrides})
 
     @classmethod
     def from_name(cls, name: str, **overrides: Any) -> "BracoConfig":
         """Parse ``c{C}s{S}[_coef|_idct|_randrot|_vanilla]`` or ``k{K}`` (a ``braco_`` prefix is accepted)."""
-        match = NAME_PATTERN.fullmatch(name.removeprefix("braco_"))
-        if match is None:
-            raise ValueError(
-                f"cannot parse Braco name {name!r}; expected 'c<C>s<S>' with an optional '_coef', '_idct' or "
-                f"'_randrot' suffix, or 'k<K>', e.g. 'c3s7', 'c4s9_idct', 'k16'"
-            )
-        return cls(**{**preset_from_match(match), **overrides})
+        return cls(**{**parse_name(name)[0], **overrides})
 
     def replace(self, **changes: Any) -> "BracoConfig":
         return replace(self, **changes)
@@ -185,21 +184,43 @@ class BracoConfig:
         return asdict(self)
 
 
-NAME_PATTERN = re.compile(r"(?:c(?P<c>\d+)s(?P<s>\d+)(?:_(?P<mode>coef|idct|randrot|vanilla))?|k(?P<k>\d+))")
+#: The Braco name grammar: ``c{C}s{S}`` with an optional coordinate suffix, or ``k{K}`` (a total budget).
+#: Projector types are this grammar with the ``braco_`` prefix (:data:`PROJECTOR_PATTERN`).
+NAME_PATTERN = re.compile(
+    r"(?:c(?P<c>\d+)s(?P<s>\d+)(?:_(?P<mode>"
+    + "|".join([mode for mode in COORDINATE_MODES if mode != "auto"] + list(COORDINATE_ALIASES))
+    + r"))?|k(?P<k>\d+))"
+)
+PROJECTOR_PREFIX = "braco_"
+PROJECTOR_PATTERN = PROJECTOR_PREFIX + NAME_PATTERN.pattern
+#: The official implementation's projector type: the coder, then an ``mlp{N}x_gelu`` (braco-official §2).
+OFFICIAL_PATTERN = r"fourier_mlp(\d+)x_gelu"
 
 
-def preset_from_match(match: "re.Match[str]") -> dict[str, Any]:
-    """Fields fixed by a parsed name (see :data:`NAME_PATTERN`)."""
+def parse_name(name: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Parse ``c{C}s{S}[_coef|_idct|_randrot|_vanilla]`` or ``k{K}`` (a ``braco_`` prefix is accepted).
+
+    Returns:
+        ``(fields the name fixes, names of those fields)``: C and S always; the coordinates when the name has
+        a suffix or is a budget (otherwise ``auto``, which stored keys may override).
+
+    Raises:
+        ValueError: If ``name`` does not follow the grammar.
+    """
+    match = NAME_PATTERN.fullmatch(name.removeprefix(PROJECTOR_PREFIX))
+    if match is None:
+        raise ValueError(
+            f"cannot parse Braco name {name!r}; expected 'c<C>s<S>' with an optional '_coef', '_idct' or "
+            f"'_randrot' suffix, or 'k<K>', e.g. 'c3s7', 'c4s9_idct', 'k16'"
+        )
     if match.group("k") is not None:
-        k = int(match.group("k"))
-        c, s = allocate_budget(k)
-        coords = BRACO_BUDGETS[k][2] if k in BRACO_BUDGETS else "auto"
-        return {"cutoff": c, "residual_tokens": s, "coordinates": coords}
-    return {
+        return budget_preset(int(match.group("k"))), ("cutoff", "residual_tokens", "coordinates")
+    fields = {
         "cutoff": int(match.group("c")),
         "residual_tokens": int(match.group("s")),
-        "coordinates": match.group("mode") or "auto",
+        "coordinates": canonical_coordinates(match.group("mode") or "auto"),
     }
+    return fields, ("cutoff", "residual_tokens", "coordinates") if match.group("mode") else ("cutoff", "residual_tokens")
 
 
 # -- config.json keys --------------------------------------------------------------------------------

@@ -17,22 +17,34 @@ import torch
 
 from .basis import dct_matrix, random_orthogonal
 
-__all__ = ["COORDINATE_MODES", "IDCT_MIN_BACKBONE", "resolve_coordinates", "coordinate_matrix"]
+__all__ = ["COORDINATE_ALIASES", "COORDINATE_MODES", "IDCT_MIN_BACKBONE", "canonical_coordinates", "resolve_coordinates",
+           "coordinate_matrix"]
 
 COORDINATE_MODES = ("auto", "coef", "idct", "randrot")
-_ALIASES = {"vanilla": "coef"}
+#: Other spellings of a mode: the paper calls coefficient tokens ``vanilla``.
+COORDINATE_ALIASES = {"vanilla": "coef"}
 
 #: Smallest backbone size K_b = C² at which ``auto`` switches from coefficients to the coarse grid.
 IDCT_MIN_BACKBONE = 16
 
 
-def resolve_coordinates(mode: str, cutoff: int) -> str:
-    """Map ``mode`` (incl. ``auto`` and the alias ``vanilla``) to ``coef``, ``idct`` or ``randrot``."""
-    mode = _ALIASES.get(mode, mode)
+def canonical_coordinates(mode: str) -> str:
+    """``mode`` with its alias resolved (``vanilla`` → ``coef``); one of :data:`COORDINATE_MODES`.
+
+    Raises:
+        ValueError: If ``mode`` is neither a mode nor an alias.
+    """
+    mode = COORDINATE_ALIASES.get(mode, mode)
     if mode not in COORDINATE_MODES:
         raise ValueError(
             f"unknown coordinate mode {mode!r}; expected one of {list(COORDINATE_MODES)} (or 'vanilla' for 'coef')"
         )
+    return mode
+
+
+def resolve_coordinates(mode: str, cutoff: int) -> str:
+    """Map ``mode`` (incl. ``auto`` and the alias ``vanilla``) to ``coef``, ``idct`` or ``randrot``."""
+    mode = canonical_coordinates(mode)
     if mode == "auto":
         return "idct" if cutoff * cutoff >= IDCT_MIN_BACKBONE else "coef"
     return mode

@@ -1,77 +1,138 @@
-"""The one seam between Braco and LLaVA: registers Braco projectors in LLaVA's projector registry.
+"""The one seam between Braco and LLaVA: Braco's :class:`CompressorPlugin` declaration.
 
 Loaded through the ``llava.projectors`` entry point (setup.py), so upstream-style scripts need no import
-edits. Registered projector types:
+edits. It declares:
 
-- ``braco_c{C}s{S}`` with an optional ``_coef``/``_idct``/``_randrot`` suffix (default ``auto``);
-- ``braco_k{K}``: the paper's allocation for K ∈ {4, 9, 16, 25}, the documented rule for any other K;
-- ``fourier_mlp{N}x_gelu``: the official implementation's type, configured by its ``mm_fourier_*`` keys with
-  the official builder's defaults for absent keys (except that an absent ``mm_fourier_use_polar_pe`` means
-  the paper's polar embedding).
+- projector types ``braco_c{C}s{S}`` with an optional ``_coef``/``_idct``/``_randrot``/``_vanilla`` suffix
+  (default ``auto``) and ``braco_k{K}`` (the paper's allocation for K ∈ {4, 9, 16, 25}, the documented rule for
+  any other K), one pattern built from :data:`braco_patch.config.NAME_PATTERN`; and ``fourier_mlp{N}x_gelu``,
+  the official implementation's type, configured by its ``mm_fourier_*`` keys with the official builder's
+  defaults for absent keys (except that an absent ``mm_fourier_use_polar_pe`` means the paper's embedding);
+- its settings: the official ``mm_fourier_*`` keys and this project's ``mm_braco_*`` keys (:data:`MM_KEYS`), each a
+  training flag and a ``config.json`` key;
+- the paper's per-stage temperature schedule as run defaults, and the annealing callback;
+- needs: only the select layer, on a square grid; boundary ``pre``;
+- its demo view (:mod:`braco_patch.view`): the DCT low-pass picture and the residual weight maps.
 
-Each builds ``Sequential(coder, Linear(mm_hidden, hidden), GELU, Linear(hidden, hidden))`` (indices 0–3,
-the official checkpoint layout) and writes the resolved ``mm_*`` keys back into the model config, so
-``config.json`` rebuilds the same module with no flags. It also registers a training-callback provider, so
-``llava.train`` anneals the sparsemax temperature of every annealed coder in the model it trains.
+Each type builds ``Sequential(coder, Linear(mm_hidden, hidden), GELU, Linear(hidden, hidden))`` (indices 0–3,
+the official checkpoint layout) and writes the resolved keys back into the model config, so ``config.json``
+rebuilds the same module with no flags.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch.nn as nn
 
-from llava.model.multimodal_projector.builder import mlp_projector, register_projector
-from llava.train.train_callbacks import register_callback_provider
+from llava.model.multimodal_projector.builder import mlp_projector
+from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
 
 from .coder import BracoCoder
 from .config import (
     MM_KEYS,
-    NAME_PATTERN,
     OFFICIAL_BUILDER_DEFAULTS,
+    OFFICIAL_PATTERN,
+    PROJECTOR_PATTERN,
+    PROJECTOR_PREFIX,
     BracoConfig,
     fields_from_mm_keys,
-    preset_from_match,
+    parse_name,
     to_mm_keys,
 )
-from .schedule import BracoAnnealCallback, annealed_coders
+from .coordinates import COORDINATE_ALIASES, COORDINATE_MODES, canonical_coordinates
+from .embedding import EMBEDDINGS
+from .schedule import DEFAULT_SCHEDULE, SCHEDULES, STAGE_TEMPERATURES, BracoAnnealCallback, annealed_coders
 
-__all__ = ["braco_config_from_model_config", "build_braco_projector"]
+__all__ = ["PLUGIN", "braco_config_from_model_config", "build_braco_projector", "checkpoint_prefill_flops"]
 
-_CONFIG_KEYS = tuple(MM_KEYS) + ("mm_fourier_use_polar_pe", "mm_fourier_low_idct", "mm_fourier_K_high", "mm_fourier_spatial_method")
+TEMPERATURE_KEYS = ("mm_fourier_temp_start", "mm_fourier_temp_end", "mm_fourier_temp_steps", "mm_fourier_temp_schedule")
+
+_HELP = {
+    "mm_fourier_C": "C, retained DCT frequencies per axis (C x C backbone tokens)",
+    "mm_fourier_spatial_keep": "S, spatial residual tokens",
+    "mm_fourier_detach_dct": "no gradient into the tower features through the DCT backbone",
+    "mm_fourier_temperature": "sparsemax temperature when no schedule is active",
+    "mm_fourier_temp_start": "sparsemax temperature at step 0 (default: 2.0 in stage 1, 1.2 in stage 2)",
+    "mm_fourier_temp_end": "temperature reached at temp_steps (default: 1.2 in stage 1, 0.8 in stage 2)",
+    "mm_fourier_temp_steps": "schedule length in optimizer steps (default: this run's total steps)",
+    "mm_fourier_temp_schedule": "temperature schedule (default: cosine)",
+    "mm_fourier_polar_num_freqs": "Fourier bands of the polar basis-coordinate embedding",
+    "mm_fourier_polar_include_raw": "prepend [r, sin θ, cos θ] to the polar features",
+    "mm_fourier_polar_pe_scale_init": "initial embedding gate",
+    "mm_fourier_spatial_use_norm": "LayerNorm on the residual tokens",
+    "mm_fourier_spatial_scale_init": "initial residual scale",
+    "mm_fourier_spatial_hidden_mult": "scorer hidden width / d (<= 0: one linear layer)",
+    "mm_fourier_spatial_selection_norm": "sparsemax, softmax, entmax15 or entmax:<alpha>",
+    "mm_fourier_spatial_temp_mul": "extra factor on the temperature",
+    "mm_fourier_spatial_prior": "gradient-energy prior of the residual scorer",
+    "mm_fourier_spatial_prior_weight_init": "initial prior weight",
+    "mm_fourier_post_concat_norm": "LayerNorm over all output tokens",
+    "mm_fourier_post_concat_norm_eps": "epsilon of that LayerNorm",
+    "mm_braco_coordinates": "coordinate organisation of the backbone tokens",
+    "mm_braco_embedding": "basis-coordinate embedding",
+    "mm_braco_rotation_seed": "seed of the randrot rotation",
+    "mm_fourier_use_polar_pe": "official switch for the polar embedding (mm_braco_embedding polar / none)",
+    "mm_fourier_low_idct": "official switch for idct coordinates (mm_braco_coordinates idct / coef)",
+    "mm_fourier_K_high": "official high-frequency token count; must be 0",
+    "mm_fourier_spatial_method": "official residual method; must be 'learned'",
+}
+
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "mm_fourier_temp_schedule": SCHEDULES,
+    "mm_fourier_spatial_prior": ("grad", "none"),
+    "mm_braco_coordinates": COORDINATE_MODES + tuple(COORDINATE_ALIASES),
+    "mm_braco_embedding": tuple(EMBEDDINGS),
+    "mm_fourier_K_high": (0,),
+    "mm_fourier_spatial_method": ("learned",),
+}
+_MINIMUM = {"mm_fourier_C": 0, "mm_fourier_spatial_keep": 0, "mm_fourier_temp_steps": 0, "mm_fourier_polar_num_freqs": 1,
+            "mm_braco_rotation_seed": 0}
+_OFFICIAL_SWITCHES = {"mm_fourier_use_polar_pe": bool, "mm_fourier_low_idct": bool, "mm_fourier_K_high": int,
+                      "mm_fourier_spatial_method": str}
+
+
+def _settings() -> tuple[Setting, ...]:
+    defaults = BracoConfig().to_dict()
+    types = {"scorer_hidden_mult": float, "temp_start": float, "temp_end": float}
+    out = []
+    for key, field in MM_KEYS.items():
+        kind = types.get(field, type(defaults[field]))
+        # C and S come from the projector name; their dataclass defaults would mislead in --help.
+        default = None if field in ("cutoff", "residual_tokens") else defaults[field]
+        out.append(Setting(key, kind, _HELP[key], default, _CHOICES.get(key), _MINIMUM.get(key)))
+    for key, kind in _OFFICIAL_SWITCHES.items():
+        out.append(Setting(key, kind, _HELP[key], choices=_CHOICES.get(key)))
+    return tuple(out)
 
 
 def _stored_keys(config: Any) -> dict[str, Any]:
-    return {key: getattr(config, key) for key in _CONFIG_KEYS if getattr(config, key, None) is not None}
+    keys = tuple(MM_KEYS) + tuple(_OFFICIAL_SWITCHES)
+    return {key: getattr(config, key) for key in keys if getattr(config, key, None) is not None}
 
 
 def braco_config_from_model_config(config: Any, projector_type: str, **overrides: Any) -> BracoConfig:
     """Resolve a :class:`BracoConfig`: name preset < ``mm_*`` keys in ``config`` < ``overrides``.
 
-    For ``braco_*`` names the name fixes C and S (and the coordinates when it has a suffix); stored keys
-    that contradict it are an error rather than a silent override.
+    For ``braco_*`` names the name fixes C and S (and the coordinates when it has a suffix or is a budget);
+    stored keys that contradict it are an error rather than a silent override.
     """
     stored = fields_from_mm_keys(_stored_keys(config))
-    if projector_type.startswith("fourier_mlp"):
+    if not projector_type.startswith(PROJECTOR_PREFIX):
         return BracoConfig(**{**OFFICIAL_BUILDER_DEFAULTS, **stored, **overrides})
-    match = NAME_PATTERN.fullmatch(projector_type.removeprefix("braco_"))
-    if match is None:
-        raise ValueError(f"{projector_type!r} is not a Braco projector type; expected braco_c<C>s<S>[_mode] or braco_k<K>")
-    preset = preset_from_match(match)
-    fixed = ["cutoff", "residual_tokens"]
-    if match.group("mode") or match.group("k"):
-        fixed.append("coordinates")
+    preset, fixed = parse_name(projector_type)
     for field in fixed:
-        if field in stored and _normalise(field, stored[field]) != preset[field]:
+        value = stored.get(field)
+        if value is not None and (canonical_coordinates(value) if field == "coordinates" else value) != preset[field]:
             raise ValueError(
-                f"config.json says {field}={stored[field]!r} but mm_projector_type {projector_type!r} means "
+                f"config.json says {field}={value!r} but mm_projector_type {projector_type!r} means "
                 f"{field}={preset[field]!r}; fix one of them"
             )
     return BracoConfig(**{**stored, **preset, **overrides})
-
-
-def _normalise(field: str, value: Any) -> Any:
-    return "coef" if field == "coordinates" and value == "vanilla" else value
 
 
 def build_braco_projector(config: Any, projector_type: str, mlp_depth: int = 2) -> nn.Sequential:
@@ -83,22 +144,71 @@ def build_braco_projector(config: Any, projector_type: str, mlp_depth: int = 2) 
     return nn.Sequential(coder, *mlp_projector(int(config.mm_hidden_size), int(config.hidden_size), mlp_depth))
 
 
-@register_projector(r"braco_c\d+s\d+(?:_(?:coef|idct|randrot|vanilla))?", "Braco: C x C DCT backbone + S residual tokens, then mlp2x_gelu")
-def _braco_cs(config, match) -> nn.Module:
+def _braco(config: Any, match: Any) -> nn.Module:
     return build_braco_projector(config, match.group(0))
 
 
-@register_projector(r"braco_k\d+", "Braco with the paper's allocation for a total budget K, then mlp2x_gelu")
-def _braco_k(config, match) -> nn.Module:
-    return build_braco_projector(config, match.group(0))
-
-
-@register_projector(r"fourier_mlp(\d+)x_gelu", "official Braco type, configured by mm_fourier_* keys")
-def _fourier(config, match) -> nn.Module:
+def _official(config: Any, match: Any) -> nn.Module:
     return build_braco_projector(config, match.group(0), mlp_depth=int(match.group(1)))
 
 
-@register_callback_provider
-def _anneal_callback(model) -> BracoAnnealCallback | None:
-    """LLaVA training adds this callback when the model has an annealed coder (temperature follows the step)."""
-    return BracoAnnealCallback() if annealed_coders(model) else None
+def _run_defaults(run: RunInfo) -> dict[str, Any]:
+    """The paper's schedule for this stage over the whole run (unset temperature flags only)."""
+    start, end = STAGE_TEMPERATURES[run.stage]
+    return dict(zip(TEMPERATURE_KEYS, (start, end, run.total_steps, DEFAULT_SCHEDULE)))
+
+
+def _callbacks(model: Any) -> list[Any]:
+    """Anneal every annealed coder's temperature with the optimizer step."""
+    return [BracoAnnealCallback()] if annealed_coders(model) else []
+
+
+def _view(projector: Any, inputs: Any) -> Any:
+    from .view import braco_view
+
+    return braco_view(projector, inputs)
+
+
+PLUGIN = register_plugin(
+    CompressorPlugin(
+        name="braco",
+        projectors=(
+            ProjectorType(PROJECTOR_PATTERN, _braco, "Braco: C x C DCT backbone + S residual tokens (or a budget K), then mlp2x_gelu"),
+            ProjectorType(OFFICIAL_PATTERN, _official, "official Braco type, configured by mm_fourier_* keys"),
+        ),
+        settings=_settings(),
+        key_prefixes=("mm_fourier_", "mm_braco_"),
+        run_defaults=_run_defaults,
+        callbacks=_callbacks,
+        needs=ModelNeeds(square_grid=True),
+        boundary="pre",
+        view=_view,
+        tools={"prefill_flops": lambda checkpoint_dir, prompt_tokens: checkpoint_prefill_flops(checkpoint_dir, prompt_tokens)},
+    )
+)
+
+
+def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
+    """Analytic FLOPs of one image's prefill through a saved checkpoint (:mod:`braco_patch.cost`).
+
+    Counted: the whole vision tower, the projector (and Braco coder), and the LLM over the visual tokens plus
+    ``prompt_tokens`` text tokens, attention scores included, LM head on the last position only.
+
+    Returns:
+        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "accounting"}``.
+    """
+    from .cost import Accounting, load_spec, pipeline_cost
+
+    config_file = Path(checkpoint_dir) / "config.json"
+    config = json.loads(config_file.read_text())
+    spec = load_spec(config_file)
+    projector_type = config.get("mm_projector_type") or "linear"
+    allocation = None
+    if PLUGIN.matches(projector_type):
+        allocation = braco_config_from_model_config(SimpleNamespace(**config), projector_type)
+    accounting = Accounting(prompt_tokens=prompt_tokens, count_attention=True, lm_head="last", vision_layers="all", computation="ours")
+    cost = pipeline_cost(spec, spec.inputs[0], allocation, accounting)
+    return {
+        "visual_tokens": cost.visual_tokens, "total": cost.total, "vision": cost.vision, "compressor": cost.compressor,
+        "projector": cost.projector, "llm": cost.llm, "accounting": accounting.describe(),
+    }

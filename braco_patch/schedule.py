@@ -12,10 +12,17 @@ import math
 
 from transformers import TrainerCallback
 
-__all__ = ["SCHEDULES", "TEMPERATURE_FLOOR", "scheduled_temperature", "BracoAnnealCallback", "annealed_coders"]
+__all__ = [
+    "DEFAULT_SCHEDULE", "SCHEDULES", "STAGE_TEMPERATURES", "TEMPERATURE_FLOOR", "scheduled_temperature", "BracoAnnealCallback",
+    "annealed_coders",
+]
 
 SCHEDULES = ("cosine", "linear", "exp")
+DEFAULT_SCHEDULE = "cosine"
 TEMPERATURE_FLOOR = 1e-6
+#: The paper's two-stage recipe (App. J.2; braco-official §4–5), training stage → (τ at step 0, τ at the end):
+#: stage 1 (only the projector trains) anneals 2.0 → 1.2, stage 2 anneals 1.2 → 0.8, each over its whole run.
+STAGE_TEMPERATURES: dict[str, tuple[float, float]] = {"pretrain": (2.0, 1.2), "finetune": (1.2, 0.8)}
 
 
 def scheduled_temperature(

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..cli import positive_int
+from ..argtypes import positive_int
 from ..config import BracoConfig
 from .fast import FAST_MODES
 from .flops import CONVENTION, check_allocation

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from transformers import CLIPVisionConfig, LlamaConfig, Qwen2Config, SiglipVisionConfig
 
+from ..config import OFFICIAL_PATTERN, PROJECTOR_PATTERN
 from .flops import LMDims, VisionDims
 
 __all__ = ["InputSpec", "PipelineSpec", "PRESETS", "list_presets", "get_preset", "load_spec", "load_vision_config"]
@@ -219,13 +220,16 @@ def load_vision_config(path: str | Path) -> Any:
 
 
 def _projector_depth(projector_type: str | None) -> int:
-    if projector_type in (None, "") or projector_type.startswith("braco") or projector_type.startswith("fourier_mlp2x"):
+    """Linear layers of the projector's MLP (Braco types end in mlp2x_gelu; the official type names its depth)."""
+    if projector_type in (None, "") or re.fullmatch(PROJECTOR_PATTERN, projector_type):
         return 2
     if projector_type == "linear":
         return 1
-    match = re.fullmatch(r"mlp(\d+)x_gelu", projector_type)
+    match = re.fullmatch(OFFICIAL_PATTERN, projector_type) or re.fullmatch(r"mlp(\d+)x_gelu", projector_type)
     if match is None:
-        raise ValueError(f"unsupported mm_projector_type {projector_type!r}; expected linear, mlp<N>x_gelu or braco_*")
+        raise ValueError(
+            f"unsupported mm_projector_type {projector_type!r}; expected linear, mlp<N>x_gelu, fourier_mlp<N>x_gelu or braco_*"
+        )
     return int(match.group(1))
 
 

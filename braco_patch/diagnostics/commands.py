@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli import positive_int
+from ..argtypes import positive_int
 from . import energy as energy_mod
 from .data import InputError, list_images, load_labelled, open_image, resample_indices, split_indices
 from .learnability import (DEFAULT_BETA, DEFAULT_CUTOFFS, DEFAULT_GAMMA, GRAM_SCALES, crossover_scan,

@@ -3,7 +3,7 @@
 Usage::
 
     python -m llava.eval.summarize RESULTS_DIR [--baseline BASELINE_DIR | --baseline paper-vanilla]
-        [--name braco_c3s7] [--output-json PATH] [--output-csv PATH]
+        [--name my_run] [--output-json PATH] [--output-csv PATH]
 
 ``RESULTS_DIR`` layout: one JSON file per benchmark, written by the scorers' ``--output-json`` (the
 ``scripts/v1_5/eval/*.sh`` scripts write them to ``./playground/data/eval/results/$CKPT/``)::

@@ -4,7 +4,7 @@ into the text embeddings at each ``<image>`` marker (``IMAGE_TOKEN_INDEX``, -200
 ``LlavaMetaModel`` is mixed into the LLM's base model (it owns ``vision_tower``, ``mm_projector`` and, for
 ``spatial_unpad`` merging, ``image_newline``); ``LlavaMetaForCausalLM`` is mixed into the causal-LM head
 class and owns image encoding and the splice. The number of visual tokens per image, K, is whatever the
-projector returns (576 for ``mlp2x_gelu`` on CLIP-L/336, C² + S for Braco), never a constant.
+projector returns (576 for ``mlp2x_gelu`` on CLIP-L/336, the budget of a compressor), never a constant.
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ from llava.mm_utils import get_anyres_image_grid_shape
 from .multimodal_encoder.builder import build_vision_tower
 from .multimodal_encoder.clip_encoder import CLIPVisionTower
 from .multimodal_projector.builder import build_vision_projector
+from .multimodal_projector.plugins import CompressorInputs, ModelNeeds, needs_for_config, plugin_for, settings_in
 
 logger = logging.getLogger(__name__)
 
 PROJECTOR_KEY = "mm_projector"
-#: Extra projector settings copied from training arguments into the model config (official Braco and ours).
-PROJECTOR_ARG_PREFIXES = ("mm_fourier_", "mm_braco_")
 PADDING_SIDES = ("left", "right")
 PATCH_MERGE_TYPES = ("flat", "spatial", "spatial_unpad")
 
@@ -208,8 +207,9 @@ class LlavaMetaModel:
 
         Writes upstream's keys (``mm_vision_tower``, ``use_mm_proj``, ``mm_projector_type``,
         ``mm_hidden_size``, ``mm_vision_select_layer``, ``mm_vision_select_feature``,
-        ``mm_patch_merge_type``) and every non-``None`` ``mm_fourier_*`` / ``mm_braco_*`` argument into the
-        config before building the projector, so ``config.json`` rebuilds it with no flags.
+        ``mm_patch_merge_type``) and every non-``None`` setting that the projector's compressor plugin declares
+        (:func:`~llava.model.multimodal_projector.plugins.plugin_for`) into the config before building the
+        projector, so ``config.json`` rebuilds it with no flags.
 
         Args:
             model_args: Training ``ModelArguments`` (``vision_tower``, ``mm_vision_select_layer``, ...,
@@ -232,8 +232,9 @@ class LlavaMetaModel:
         config.mm_vision_select_layer = model_args.mm_vision_select_layer
         config.mm_vision_select_feature = getattr(model_args, "mm_vision_select_feature", None) or "patch"
         config.mm_patch_merge_type = getattr(model_args, "mm_patch_merge_type", None) or "flat"
-        for key, value in vars(model_args).items():
-            if key.startswith(PROJECTOR_ARG_PREFIXES) and value is not None:
+        plugin = plugin_for(config.mm_projector_type)
+        if plugin is not None:
+            for key, value in settings_in(vars(model_args), plugin).items():
                 setattr(config, key, value)
 
         if getattr(self, "mm_projector", None) is None:
@@ -284,21 +285,90 @@ class LlavaMetaForCausalLM(ABC):
         return self.get_model().get_vision_tower()
 
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """Vision tower, then projector.
+        """Vision tower, then projector, calling the projector the one documented way.
+
+        When the projector's compressor plugin needs nothing beyond the select layer (built-ins, or
+        :attr:`ModelNeeds.extra` false) this is upstream's ``projector(tower(images))``. Otherwise the tower
+        is asked for what the plugin declared (``tower.encode(images, layers=..., attention_layer=...)`` when it
+        needs other layers or the attention, ``tower(images)`` otherwise), and
+        the projector is called as ``projector(features, inputs)`` with a :class:`CompressorInputs`
+        (see :mod:`llava.model.multimodal_projector.plugins`). The prompt, for plugins that need it, is the one
+        :meth:`prepare_inputs_labels_for_multimodal` sets for these images (``None`` when this is called on its
+        own).
 
         Args:
             images: ``[N, 3, H, W]`` pixels.
 
         Returns:
-            ``[N, K, hidden_size]``; K is the projector's output count (576 for mlp2x_gelu on CLIP-L/336,
-            C² + S for Braco).
+            ``[N, K, hidden_size]``; K is the projector's output count (576 for mlp2x_gelu on CLIP-L/336, the
+            budget of a compressor).
+
+        Raises:
+            ValueError: If the plugin needs a square grid and the tower's is not, or the prompts set for these
+                images do not match them one to one.
         """
-        features = self.get_vision_tower()(images)
+        needs = needs_for_config(self.config)
+        tower = self.get_vision_tower()
         projector = self.get_model().mm_projector
-        weight = next(projector.parameters(), None)
-        if weight is not None:
-            features = features.to(device=weight.device, dtype=weight.dtype)
-        return projector(features)
+        if needs.square_grid:
+            _check_square_grid(tower, self.config)
+        if not needs.extra:
+            return projector(_to_projector(tower(images), projector))
+        inputs = self._compressor_inputs(tower, projector, images, needs)
+        return projector(inputs.features, inputs)
+
+    def _compressor_inputs(self, tower: Any, projector: nn.Module, images: torch.Tensor, needs: ModelNeeds) -> CompressorInputs:
+        """Ask the tower for what ``needs`` lists and package it, cast once to the projector's dtype/device."""
+        inputs = CompressorInputs(features=images, grid_shape=_grid_shape(tower), has_cls_token=bool(getattr(tower, "has_cls_token", True)))
+        if needs.tower_layers or needs.attention:
+            if not callable(getattr(tower, "encode", None)):
+                raise ValueError(
+                    f"mm_projector_type {self.config.mm_projector_type!r} needs the vision tower's other layers or "
+                    f"attention, which {type(tower).__name__} does not provide (it has no encode method)"
+                )
+            select_layer = getattr(self.config, "mm_vision_select_layer", -2)
+            attention_layer = select_layer if needs.attention else None
+            out = tower.encode(images, layers=tuple(needs.tower_layers), attention_layer=attention_layer)
+            inputs.features = _to_projector(out.features, projector)
+            inputs.layers = {index: _to_projector(value, projector) for index, value in (out.layers or {}).items()}
+            inputs.attention = None if out.attention is None else _to_projector(out.attention, projector)
+            inputs.keys = None if out.keys is None else _to_projector(out.keys, projector)
+        else:  # only the prompt: the tower call of upstream
+            inputs.features = _to_projector(tower(images), projector)
+        if needs.prompt:
+            prompt = getattr(self, "_compressor_prompt", None)
+            if prompt is not None:
+                embeds, ids = prompt
+                if len(embeds) != images.shape[0]:
+                    raise ValueError(
+                        f"a prompt-conditioned projector needs one view per image: got {images.shape[0]} views for "
+                        f"{len(embeds)} prompts; use image_aspect_ratio 'pad' or 'square'"
+                    )
+                inputs.prompt, inputs.prompt_ids = list(embeds), list(ids)
+            inputs.run_language_model = self._run_language_model
+        return inputs
+
+    def _run_language_model(self, embeds: torch.Tensor) -> torch.Tensor:
+        """The LLM's last hidden states ``[B, L, hidden]`` for ``[B, L, hidden]`` input embeddings (no cache)."""
+        return self.get_model()(inputs_embeds=embeds, use_cache=False).last_hidden_state
+
+    def _prompts_per_image(
+        self, id_rows: Sequence[torch.Tensor], label_rows: Sequence[torch.Tensor], taken: Sequence[int]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each image's prompt: its sample's ids that are not training targets, image markers removed, embedded.
+
+        Returns:
+            ``(embeds [L_i, hidden] per image, ids [L_i] per image)``, in image order.
+        """
+        embed_tokens = self.get_model().embed_tokens
+        embeds: list[torch.Tensor] = []
+        ids: list[torch.Tensor] = []
+        for row, row_labels, take in zip(id_rows, label_rows, taken):
+            text = row[(row != IMAGE_TOKEN_INDEX) & (row_labels == IGNORE_INDEX)]
+            embedded = embed_tokens(text)
+            embeds.extend([embedded] * take)
+            ids.extend([text] * take)
+        return embeds, ids
 
     # ------------------------------------------------------------------------------------------ images
 
@@ -443,7 +513,12 @@ class LlavaMetaForCausalLM(ABC):
         num_images = images.shape[0] if isinstance(images, torch.Tensor) else len(images)
         taken = _images_per_sample(markers, num_images)
 
-        features = self.image_features(images, image_sizes)
+        if needs_for_config(self.config).prompt:
+            self._compressor_prompt = self._prompts_per_image(id_rows, label_rows, taken)
+        try:
+            features = self.image_features(images, image_sizes)
+        finally:
+            self._compressor_prompt = None
         embed_tokens = self.get_model().embed_tokens
         sequences: list[torch.Tensor] = []
         sequence_labels: list[torch.Tensor] = []
@@ -538,6 +613,30 @@ class LlavaMetaForCausalLM(ABC):
                 f"{key} in {adapter!r} has shape {tuple(source.shape)}; expected {tuple(target.shape)} "
                 f"or ({added}, {target.shape[1]})"
             )
+
+
+def _to_projector(tensor: torch.Tensor, projector: nn.Module) -> torch.Tensor:
+    """``tensor`` on the projector's device and in its dtype (unchanged for a projector without parameters)."""
+    weight = next(projector.parameters(), None)
+    return tensor if weight is None else tensor.to(device=weight.device, dtype=weight.dtype)
+
+
+def _grid_shape(tower: Any) -> tuple[int, int]:
+    """``(H, W)`` patch grid of the tower: ``tower.grid_shape`` where the tower has it, else a square grid."""
+    shape = getattr(tower, "grid_shape", None)
+    if shape is not None:
+        return int(shape[0]), int(shape[1])
+    side = int(tower.num_patches_per_side)
+    return side, side
+
+
+def _check_square_grid(tower: Any, config: Any) -> None:
+    rows, cols = _grid_shape(tower)
+    if rows != cols:
+        raise ValueError(
+            f"mm_projector_type {getattr(config, 'mm_projector_type', None)!r} needs a square patch grid, but the "
+            f"vision tower gives {rows}x{cols}; use a tower with square inputs"
+        )
 
 
 def _pad_batch(

@@ -9,7 +9,7 @@ Typical use::
 
     tokenizer = train_tiny_tokenizer(root / "tokenizer")
     tower = build_tiny_clip_tower(root / "clip", image_size=48, patch_size=8)  # 6x6 patch grid
-    ckpt = build_tiny_llava_checkpoint(root / "llava-tiny", tower, tokenizer, projector_type="braco_c2s5")
+    ckpt = build_tiny_llava_checkpoint(root / "llava-tiny", tower, tokenizer, projector_type="mlp2x_gelu")
 """
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ def build_tiny_llava_checkpoint(
 
     ``config.json`` has ``architectures ["LlavaLlamaForCausalLM"]``, ``model_type`` (``llava_llama``, or
     ``llava`` as in the released LLaVA-1.5 files), the LLaMA dims and upstream's ``mm_*`` keys naming
-    ``tower_dir`` as ``mm_vision_tower`` (plus whatever keys the projector records, e.g. ``mm_braco_*``);
+    ``tower_dir`` as ``mm_vision_tower`` (plus whatever keys the projector records, e.g. a compressor plugin's settings);
     ``model.safetensors`` holds ``model.embed_tokens``, ``model.layers.*``, ``model.norm``, ``lm_head`` and
     ``model.mm_projector.*`` (no CLIP weights); the tokenizer files are copied from ``tokenizer_dir``.
 
@@ -372,7 +372,7 @@ def build_tiny_llava_checkpoint(
         tokenizer_dir: From :func:`train_tiny_tokenizer`.
         projector_type: Any registered ``mm_projector_type``.
         model_type: ``"llava_llama"`` or ``"llava"``.
-        extra_config: More config keys (e.g. official ``mm_fourier_*`` keys); they override the defaults.
+        extra_config: More config keys (e.g. a compressor plugin's settings); they override the defaults.
         seed: Seed for the random weights.
         hidden, layers, heads, intermediate, max_position: LLaMA dims.
 

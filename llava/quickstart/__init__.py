@@ -1,4 +1,4 @@
-"""The quickstart: train and evaluate a tiny LLaVA with and without Braco on a CPU, in minutes, with no download.
+"""The quickstart: train and evaluate a tiny LLaVA with and without a visual-token compressor on a CPU, in minutes, with no download.
 
 ``python -m llava.quickstart --out outputs/quickstart`` (or ``make quickstart``):
 

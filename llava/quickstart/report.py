@@ -2,7 +2,8 @@
 
 Accuracy is exact match after normalisation (lower case, surrounding whitespace and a trailing full stop
 removed). Chance is the accuracy of guessing uniformly among a question type's possible answers, averaged
-over the held-out questions. Prefill FLOPs are analytic (``braco_patch.cost``) for one image and the mean
+over the held-out questions. Prefill FLOPs are analytic (the ``prefill_flops`` tool an installed compressor plugin offers,
+see :func:`llava.model.multimodal_projector.plugins.find_tool`) for one image and the mean
 held-out prompt; the accounting is printed with the table.
 """
 
@@ -14,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from llava.eval.files import read_jsonl
@@ -64,30 +64,23 @@ def score_answers(answers_file: str | os.PathLike[str], gold_file: str | os.Path
 
 
 def prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
-    """Analytic FLOPs of one image's prefill through a saved checkpoint (``braco_patch.cost``).
+    """Analytic FLOPs of one image's prefill through a saved checkpoint, by the installed ``prefill_flops`` tool.
 
-    Counted: the whole vision tower, the projector (and Braco coder), and the LLM over the visual tokens plus
-    ``prompt_tokens`` text tokens, attention scores included, LM head on the last position only.
+    Counted (by the tool): the whole vision tower, the projector (compressor included), and the LLM over the
+    visual tokens plus ``prompt_tokens`` text tokens.
 
     Returns:
         ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "accounting"}``.
-    """
-    from braco_patch.cost import Accounting, load_spec, pipeline_cost
-    from braco_patch.llava_plugin import braco_config_from_model_config
 
-    config_file = Path(checkpoint_dir) / "config.json"
-    config = json.loads(config_file.read_text())
-    spec = load_spec(config_file)
-    projector_type = config.get("mm_projector_type") or "linear"
-    allocation = None
-    if projector_type.startswith(("braco_", "fourier_mlp")):
-        allocation = braco_config_from_model_config(SimpleNamespace(**config), projector_type)
-    accounting = Accounting(prompt_tokens=prompt_tokens, count_attention=True, lm_head="last", vision_layers="all", computation="ours")
-    cost = pipeline_cost(spec, spec.inputs[0], allocation, accounting)
-    return {
-        "visual_tokens": cost.visual_tokens, "total": cost.total, "vision": cost.vision, "compressor": cost.compressor,
-        "projector": cost.projector, "llm": cost.llm, "accounting": accounting.describe(),
-    }
+    Raises:
+        RuntimeError: If no installed plugin offers the tool.
+    """
+    from llava.model.multimodal_projector.plugins import find_tool
+
+    tool = find_tool("prefill_flops")
+    if tool is None:
+        raise RuntimeError("no installed compressor plugin offers a 'prefill_flops' tool; install the package with its plugins (pip install -e .)")
+    return tool(checkpoint_dir, prompt_tokens)
 
 
 @dataclass

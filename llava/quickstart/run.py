@@ -35,11 +35,15 @@ logger = logging.getLogger(__name__)
 CONV_MODE = "vicuna_v1"
 
 
+#: What the quickstart compares by default: upstream's projector and a compressor, named as strings.
+DEFAULT_PROJECTORS = ("mlp2x_gelu", "braco_c2s5")
+
+
 @dataclass(frozen=True)
 class QuickstartConfig:
     """Sizes of one quickstart run (defaults: the full run, about 4 minutes on 2 CPU cores)."""
 
-    projectors: tuple[str, ...] = ("mlp2x_gelu", "braco_c2s5")
+    projectors: tuple[str, ...] = DEFAULT_PROJECTORS
     train_scenes: int = 2000
     test_questions: int = 300
     turns_per_scene: int = 3
@@ -115,7 +119,7 @@ def _common_flags(models: Models, data: DatasetFiles, projector: str, config: Qu
 
 
 def pretrain_flags(models: Models, data: DatasetFiles, projector: str, config: QuickstartConfig, output: Path) -> list[str]:
-    """Stage 1: ``plain`` captions, only the projector (for Braco: coder + MLP) trains."""
+    """Stage 1: ``plain`` captions, only the projector (a compressor included) trains."""
     return _common_flags(models, data, projector, config) + [
         "--version", "plain", "--data_path", str(data.pretrain), "--tune_mm_mlp_adapter", "True",
         "--num_train_epochs", str(config.pretrain_epochs), "--learning_rate", str(config.pretrain_lr), "--output_dir", str(output),
@@ -222,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="outputs/quickstart", help="output folder (default: outputs/quickstart)")
     parser.add_argument("--reduced", action="store_true", help="less data and fewer epochs, same code path (CI)")
     parser.add_argument("--projectors", nargs="+", default=None, metavar="TYPE",
-                        help="mm_projector_type values to compare (default: mlp2x_gelu braco_c2s5)")
+                        help=f"mm_projector_type values to compare (default: {' '.join(DEFAULT_PROJECTORS)})")
     return parser
 
 

@@ -5,7 +5,8 @@ Both backends offer the same three calls, so ``chat_ui`` has one code path:
 * ``list_models()`` — model names that can answer now;
 * ``stream(payload)`` — upstream's ``/worker_generate_stream`` body in, :class:`StreamChunk` s out (never
   raises; a missing or dead worker becomes an error chunk with a message for the user);
-* ``braco_view(model, images)`` — the Braco panel's JSON (``{"available": False}`` when there is none).
+* ``compressor_view(model, images)`` — the compressor panel's JSON (``{"available": False}`` when there is
+  none; see :mod:`llava.serve.panels`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class ChatBackend(Protocol):
 
     def stream(self, payload: dict[str, Any]) -> Iterator[StreamChunk]: ...
 
-    def braco_view(self, model: str, images: Sequence[str]) -> dict[str, Any]: ...
+    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]: ...
 
 
 class ControllerBackend:
@@ -105,18 +106,19 @@ class ControllerBackend:
         except ValueError as error:
             yield StreamChunk(str(error), WORKER_ERROR)
 
-    def braco_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
         try:
             address = self.worker_address(model)
             if not address:
                 return {"available": False}
             response = requests.post(
-                address + "/worker_get_braco_view", json={"images": list(images)}, headers=HEADERS, timeout=self.timeout
+                address + "/worker_get_compressor_view", json={"images": list(images)}, headers=HEADERS,
+                timeout=self.timeout,
             )
             data = response.json()
         except (requests.RequestException, ValueError) as error:
-            logger.warning("no Braco view for %s: %s", model, error)
-            return {"available": False, "error": f"The Braco view could not be fetched ({error})."}
+            logger.warning("no compressor view for %s: %s", model, error)
+            return {"available": False, "error": f"The compressor view could not be fetched ({error})."}
         if response.status_code != 200:
             return {"available": False, "error": str(data.get("error", response.reason))}
         return data
@@ -147,12 +149,12 @@ class LocalBackend:
         with self._gate:
             yield from self.engine.generate_stream(payload)
 
-    def braco_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
         if model != self.engine.model_name:
             return {"available": False}
         try:
             with self._gate:
-                return self.engine.braco_view({"images": list(images)})
+                return self.engine.compressor_view({"images": list(images)})
         except ValueError as error:
             return {"available": False, "error": str(error)}
 

@@ -2,8 +2,8 @@
 
 Upstream's layout and controls: model selector, image upload (with the hidden pre-processing mode), a
 chatbot, a text box with *Send*, *Regenerate* and *Clear*, and a *Parameters* accordion (temperature 0.2,
-top-p 0.7, max output tokens 512). Under the chat, for Braco checkpoints, a panel shows where the
-compressed visual tokens look (see :mod:`llava.serve.braco_view`).
+top-p 0.7, max output tokens 512). Under the chat, for a model whose compressor has a view, a panel shows
+what the compressor keeps of the image (the compressor draws it; see :mod:`llava.serve.panels`).
 
 Events that gradio clients can call: ``/add_text`` (question, image, mode) then ``/http_bot`` (model,
 temperature, top_p, max_output_tokens), as the *Send* button does; ``/regenerate``; ``/clear_history``.
@@ -41,17 +41,12 @@ MAX_TEXT_CHARS_WITH_IMAGE = 1200
 #: Upstream's cap on the tokens the page asks for.
 MAX_REQUEST_TOKENS = 1536
 
-TITLE = """# LLaVA with Braco visual-token compression
-Upload an image, ask about it. For Braco checkpoints the panel under the chat shows where the compressed
-visual tokens look."""
+TITLE = """# LLaVA with visual-token compression
+Upload an image, ask about it. For a model with a visual-token compressor, the panel under the chat shows what
+the compressor keeps of the image."""
 
 NOTICE = """This is a research demo: answers can be wrong, and nothing here is moderated. Do not upload
 private images to a server you do not control."""
-
-PANEL_HELP = """*Left to right:* the image as the model receives it (padded and resized); its low-pass view (the
-image averaged per patch, keeping only the C×C lowest 2-D DCT frequencies over the patch grid, drawn smoothly),
-which is the coarse layout the DCT backbone tokens summarise; then one heat map per residual token: its sparsemax
-weights over the patch grid (each map sums to 1), drawn over the image."""
 
 EMPTY_QUESTION = "The question is empty; type a question about the image before sending."
 
@@ -222,11 +217,12 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             state.messages[-1][-1] = chunk.text[len(prompt):].strip() + CURSOR
             yield (state, chat_messages(state), *buttons(False), *panel(False))
         state.messages[-1][-1] = str(state.messages[-1][-1]).removesuffix(CURSOR)
-        view = backend.braco_view(model, images[:1]) if images else {"available": False}
+        view = backend.compressor_view(model, images[:1]) if images else {"available": False}
         if view.get("available"):
-            shown = panel(True, view["summary"], _png_to_image(view["png"]))
+            text = view["summary"] + (f"\n\n{view['help']}" if view.get("help") else "")
+            shown = panel(True, text, _png_to_image(view["png"]))
         elif view.get("error"):
-            shown = panel(True, f"Braco view unavailable: {view['error']}")
+            shown = panel(True, f"Compressor view unavailable: {view['error']}")
         else:
             shown = panel(False)
         yield (state, chat_messages(state), *buttons(True), *shown)
@@ -268,17 +264,16 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
                 with gr.Row(elem_id="buttons"):
                     regenerate_btn = gr.Button(value="Regenerate", interactive=False, elem_id="regenerate")
                     clear_btn = gr.Button(value="Clear", interactive=False, elem_id="clear")
-                with gr.Column(visible=False, elem_id="braco_panel") as braco_panel:
-                    gr.Markdown("### Where the compressed visual tokens look")
-                    braco_summary = gr.Markdown(elem_id="braco_summary")
-                    braco_image = gr.Image(
-                        type="pil", format="png", interactive=False, show_label=False, elem_id="braco_maps"
+                with gr.Column(visible=False, elem_id="compressor_panel") as compressor_panel:
+                    gr.Markdown("### What the compressor keeps of the image")
+                    compressor_summary = gr.Markdown(elem_id="compressor_summary")
+                    compressor_image = gr.Image(
+                        type="pil", format="png", interactive=False, show_label=False, elem_id="compressor_maps"
                     )
-                    gr.Markdown(PANEL_HELP)
         if not options.embed:
             gr.Markdown(NOTICE)
 
-        panel_outputs = [braco_panel, braco_summary, braco_image]
+        panel_outputs = [compressor_panel, compressor_summary, compressor_image]
         turn_outputs = [state, chatbot, textbox, imagebox, regenerate_btn, clear_btn, *panel_outputs]
         bot_inputs = [state, model_selector, temperature, top_p, max_output_tokens]
         bot_outputs = [state, chatbot, regenerate_btn, clear_btn, *panel_outputs]

@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
         device=args.device, use_flash_attn=args.use_flash_attn, image_limits=options.image_limits,
     )
-    logger.info("serving %s (Braco panel: %s)", engine.model_name, "on" if engine.has_braco_view else "off")
+    logger.info("serving %s (compressor panel: %s)", engine.model_name, "on" if engine.has_compressor_view else "off")
     demo = build_demo(LocalBackend(engine, args.limit_model_concurrency), options, [engine.model_name])
     return launch_from_args(demo, args, options, block=block)
 

@@ -1,4 +1,4 @@
-"""A loaded model behind upstream's worker API: request checks, the generation stream and the Braco panel.
+"""A loaded model behind upstream's worker API: request checks, the generation stream and the compressor panel.
 
 :class:`ModelEngine` is what the model worker serves over HTTP and what the one-process demo calls
 directly, so both check requests and stream answers the same way. Requests are upstream's
@@ -22,9 +22,9 @@ from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
 from llava.eval.run_llava import image_marker
 from llava.mm_utils import get_model_name_from_path, tokenizer_image_token
 
-from .braco_view import compute_view, find_token_coder, view_payload
 from .generation import prepare_pixels, stream_answer
 from .images import ImageLimits, decode_base64_image
+from .panels import compute_view, view_for, view_payload
 from .protocol import WORKER_ERROR, StreamChunk, sentence
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class ModelEngine:
         self.stream_interval = stream_interval
         self.max_context = int(getattr(model.config, "max_position_embeddings", None) or context_len)
         self.visual_tokens = self._visual_tokens_per_image() if self.is_multimodal else 0
-        self.has_braco_view = self.is_multimodal and find_token_coder(model) is not None
+        self.has_compressor_view = self.is_multimodal and view_for(model) is not None
 
     @classmethod
     def load(
@@ -212,18 +212,19 @@ class ModelEngine:
         if answer != sent:
             yield StreamChunk(request.prompt + answer)
 
-    # ------------------------------------------------------------------------------------------ Braco panel
+    # ------------------------------------------------------------------------------------------ compressor panel
 
-    def braco_view(self, params: Any) -> dict[str, Any]:
-        """``/worker_get_braco_view``: the panel for the first of ``params["images"]`` (see ``braco_view``).
+    def compressor_view(self, params: Any) -> dict[str, Any]:
+        """``/worker_get_compressor_view``: the panel for the first of ``params["images"]`` (see
+        :mod:`llava.serve.panels`).
 
         Returns:
-            ``{"available": False}`` for models without a token coder, else the panel's JSON.
+            ``{"available": False}`` for models whose projector has no view, else the panel's JSON.
 
         Raises:
             ValueError: If the body has no image or the image is refused.
         """
-        if not self.has_braco_view:
+        if not self.has_compressor_view:
             return {"available": False}
         images = params.get("images") if isinstance(params, Mapping) else None
         if not isinstance(images, (list, tuple)) or not images:

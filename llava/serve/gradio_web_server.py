@@ -5,8 +5,8 @@
         [--conv-mode MODE] [--max-image-megapixels 25] [--max-upload-mb 20] [--share] [--embed] [--moderate]
 
 The page (see :mod:`llava.serve.chat_ui`) asks the controller which worker serves the selected model and
-streams the answer from that worker; for Braco checkpoints it also asks the worker for the panel of where
-the compressed visual tokens look. ``--model-list-mode once`` lists the models at start-up, ``reload`` on
+streams the answer from that worker; for a model whose compressor has a view it also asks the worker for
+the panel of what the compressor keeps of the image. ``--model-list-mode once`` lists the models at start-up, ``reload`` on
 every page load. Unlike upstream, the page binds to 127.0.0.1 unless ``--host`` says otherwise.
 """
 

@@ -8,8 +8,9 @@
 
 Upstream's endpoints (POST, JSON): ``/worker_generate_stream`` streams NUL-separated
 ``{"text", "error_code"}`` chunks (see :mod:`llava.serve.protocol`); ``/worker_get_status`` ->
-``{model_names, speed, queue_length}``. Added: ``/worker_get_braco_view`` {images: [base64]} -> the Braco
-panel's JSON (``{"available": false}`` for other projectors; 400 ``{"error"}`` for a bad image).
+``{model_names, speed, queue_length}``. Added: ``/worker_get_compressor_view`` {images: [base64]} -> the
+compressor panel's JSON (:mod:`llava.serve.panels`; ``{"available": false}`` for projectors without a view;
+400 ``{"error"}`` for a bad image). :data:`LEGACY_VIEW_ROUTE` answers the same, for clients of earlier releases.
 
 At most ``--limit-model-concurrency`` requests run at once; the others wait (and count in
 ``queue_length``). The worker registers with the controller once it is listening, then sends a heartbeat
@@ -41,6 +42,11 @@ from .protocol import sentence
 from .webapi import bad_request, read_body
 
 logger = logging.getLogger(__name__)
+
+#: The compressor panel's endpoint.
+VIEW_ROUTE = "/worker_get_compressor_view"
+#: Its name in earlier releases of this project, kept as an alias so older pages keep their panel.
+LEGACY_VIEW_ROUTE = "/worker_get_braco_view"
 
 #: Seconds to wait for the server to start listening before registering anyway.
 _STARTUP_WAIT = 120.0
@@ -180,20 +186,22 @@ def create_app(engine: ModelEngine, gate: ConcurrencyGate) -> FastAPI:
     async def worker_get_status() -> Any:
         return engine.status(gate.queue_length)
 
-    @app.post("/worker_get_braco_view")
-    async def worker_get_braco_view(request: Request) -> Any:
+    async def worker_get_compressor_view(request: Request) -> Any:
         params = await read_body(request, "images")
         if isinstance(params, JSONResponse):
             return params
         async with gate:
             try:
-                return await run_in_threadpool(engine.braco_view, params)
+                return await run_in_threadpool(engine.compressor_view, params)
             except ValueError as error:
                 return bad_request(sentence(str(error)))
             except Exception as error:
-                logger.exception("the Braco view failed")
-                message = f"the Braco view failed ({type(error).__name__}: {error})"
+                logger.exception("the compressor view failed")
+                message = f"the compressor view failed ({type(error).__name__}: {error})"
                 return JSONResponse({"error": message}, status_code=500)
+
+    for route in (VIEW_ROUTE, LEGACY_VIEW_ROUTE):
+        app.add_api_route(route, worker_get_compressor_view, methods=["POST"])
 
     return app
 

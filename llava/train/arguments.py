@@ -3,10 +3,11 @@
 ``ModelArguments``, ``DataArguments`` and ``TrainingArguments`` (which extends transformers'
 ``TrainingArguments``) are parsed from the command line by ``HfArgumentParser``. Besides upstream's fields:
 
-- the official Braco ``mm_fourier_*`` flags (braco-official §2), all ``None`` by default so that the projector's
-  own defaults apply; whatever is given is written to ``config.json``. The temperature schedule flags
-  (``--mm_fourier_temp_start/_end/_steps/_schedule``) get the paper's per-stage defaults, see
-  :mod:`llava.train.recipe`;
+- one flag per setting that an installed compressor plugin declares
+  (:class:`llava.model.multimodal_projector.plugins.Setting`; the fields are added to ``ModelArguments`` by
+  :func:`model_arguments_class`), ``None`` by default so that the projector's own defaults apply; whatever is
+  given is checked (type, choices, range, and that ``--mm_projector_type`` is one of that plugin's types) and
+  written to ``config.json``. A plugin may fill unset ones per run (:mod:`llava.train.recipe`);
 - ``--skip_bad_samples``: drop (and count) invalid training records instead of stopping.
 
 Flags that upstream's scripts pass but transformers 5 renamed or removed (``--evaluation_strategy``,
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 import transformers
 from transformers import HfArgumentParser
@@ -44,34 +45,6 @@ class ModelArguments:
     mm_use_im_patch_token: bool = field(default=True)
     mm_patch_merge_type: str | None = field(default="flat")
     mm_vision_select_feature: str | None = field(default="patch")
-    # Official Braco flags; None = the projector's default. Only projectors that read them use them.
-    mm_fourier_C: int | None = field(default=None)
-    mm_fourier_K_high: int | None = field(default=None)
-    mm_fourier_temp_start: float | None = field(
-        default=None, metadata={"help": "sparsemax temperature at step 0 (default: 2.0 in stage 1, 1.2 in stage 2)"}
-    )
-    mm_fourier_temp_end: float | None = field(
-        default=None, metadata={"help": "temperature reached at temp_steps (default: 1.2 in stage 1, 0.8 in stage 2)"}
-    )
-    mm_fourier_temp_steps: int | None = field(
-        default=None, metadata={"help": "schedule length in optimizer steps (default: this run's total steps)"}
-    )
-    mm_fourier_temp_schedule: str | None = field(default=None, metadata={"help": "cosine (default), linear or exp"})
-    mm_fourier_use_polar_pe: bool | None = field(default=None)
-    mm_fourier_polar_num_freqs: int | None = field(default=None)
-    mm_fourier_polar_include_raw: bool | None = field(default=None)
-    mm_fourier_polar_pe_scale_init: float | None = field(default=None)
-    mm_fourier_spatial_keep: int | None = field(default=None)
-    mm_fourier_spatial_method: str | None = field(default=None)
-    mm_fourier_spatial_use_norm: bool | None = field(default=None)
-    mm_fourier_spatial_scale_init: float | None = field(default=None)
-    mm_fourier_spatial_hidden_mult: int | None = field(default=None)
-    mm_fourier_spatial_selection_norm: str | None = field(default=None)
-    mm_fourier_spatial_temp_mul: float | None = field(default=None)
-    mm_fourier_spatial_prior: str | None = field(default=None)
-    mm_fourier_spatial_prior_weight_init: float | None = field(default=None)
-    mm_fourier_post_concat_norm: bool | None = field(default=None)
-    mm_fourier_low_idct: bool | None = field(default=None)
 
 
 @dataclass
@@ -209,6 +182,49 @@ def translate_legacy_flags(argv: Sequence[str]) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- plugin flags
+
+
+def model_arguments_class() -> type[ModelArguments]:
+    """``ModelArguments`` plus one ``<type> | None`` field (default ``None``) per installed plugin setting.
+
+    Built from the plugin registry each time (plugins register on import), named ``ModelArguments`` so that
+    ``--help`` and error messages read as upstream's.
+    """
+    from llava.model.multimodal_projector.plugins import plugin_settings
+
+    extra = [
+        (setting.key, setting.type | None, field(default=None, metadata={"help": f"[{plugin.name}] {setting.description}"}))
+        for plugin, setting in plugin_settings()
+    ]
+    if not extra:
+        return ModelArguments
+    return make_dataclass("ModelArguments", extra, bases=(ModelArguments,))
+
+
+def check_plugin_arguments(model_args: ModelArguments) -> None:
+    """Check every given plugin flag: its value (:meth:`Setting.parse`) and that the projector reads it.
+
+    Raises:
+        ValueError: One sentence naming the flag.
+    """
+    from llava.model.multimodal_projector.plugins import plugin_settings
+
+    for plugin, setting in plugin_settings():
+        value = getattr(model_args, setting.key, None)
+        if value is None:
+            continue
+        try:
+            setting.parse(value)
+        except ValueError as error:
+            raise ValueError(f"--{error}") from None
+        if not plugin.matches(model_args.mm_projector_type or ""):
+            raise ValueError(
+                f"--{setting.key} is a setting of the {plugin.name!r} compressor, but --mm_projector_type "
+                f"{model_args.mm_projector_type!r} is not one of its projector types"
+            )
+
+
 # ---------------------------------------------------------------------------------------------- parsing
 
 
@@ -231,12 +247,13 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, traini
             raise ValueError(f"--{flag} needs --vision_tower (the projector sits on the vision tower)")
     if model_args.tune_mm_mlp_adapter and training_args.freeze_mm_mlp_adapter:
         raise ValueError("--tune_mm_mlp_adapter True with --freeze_mm_mlp_adapter True leaves nothing to train")
+    check_plugin_arguments(model_args)
 
 
 def parse_arguments(argv: Sequence[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
     """Parse upstream's command line (``sys.argv[1:]`` when ``argv`` is None) into the three dataclasses."""
     args = translate_legacy_flags(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((model_arguments_class(), DataArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=args, look_for_args_file=False)
     check_arguments(model_args, data_args, training_args)
     return model_args, data_args, training_args
@@ -248,6 +265,8 @@ __all__ = [
     "ModelArguments",
     "TrainingArguments",
     "check_arguments",
+    "check_plugin_arguments",
+    "model_arguments_class",
     "parse_arguments",
     "translate_legacy_flags",
 ]

@@ -1,8 +1,7 @@
 """Building the model to train: LLM (optionally quantized / LoRA-wrapped), tokenizer, vision tower and
 projector, and which parameters train in each stage.
 
-Stage 1 (``--tune_mm_mlp_adapter True``): everything is frozen except the projector (for Braco: the coder and
-its MLP). Stage 2: the LLM and the projector train. The vision tower is always frozen.
+Stage 1 (``--tune_mm_mlp_adapter True``): everything is frozen except the projector (a compressor included). Stage 2: the LLM and the projector train. The vision tower is always frozen.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from transformers import AutoTokenizer
 
 from llava.model.language_model.llava_llama import LlavaLlamaForCausalLM
 from llava.model.multimodal_projector.builder import build_vision_projector
+from llava.model.multimodal_projector.plugins import owner_of
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments
 
@@ -24,7 +24,6 @@ logger = logging.getLogger(__name__)
 
 #: Module-name parts that LoRA never targets (upstream's rule), besides ``lm_head``.
 LORA_EXCLUDED = ("mm_projector", "vision_tower", "vision_resampler")
-PROJECTOR_CONFIG_PREFIXES = ("mm_fourier_", "mm_braco_")
 
 
 def compute_dtype(training_args: TrainingArguments) -> torch.dtype:
@@ -131,7 +130,8 @@ def load_tokenizer(model_args: ModelArguments, training_args: TrainingArguments)
 
 
 def _projector_settings(config: Any) -> dict[str, Any]:
-    return {key: value for key, value in vars(config).items() if key.startswith(PROJECTOR_CONFIG_PREFIXES)}
+    """The config keys that a compressor plugin declares or owns, with their values."""
+    return {key: value for key, value in vars(config).items() if owner_of(key) is not None}
 
 
 def setup_vision(model: nn.Module, model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, tokenizer: Any) -> Any:
@@ -204,8 +204,8 @@ def check_deepspeed_support(model: nn.Module) -> None:
     """Fail early, with the fix, where the installed DeepSpeed cannot initialise ``model``.
 
     DeepSpeed 0.19.8 broadcasts every parameter as a byte view at engine start (ZeRO-1/2/3), which raises for
-    0-dimensional parameters; Braco's official layout has three (``polar_pe_scale``, ``spatial_scale``,
-    ``spatial_prior_weight``). Earlier releases (e.g. 0.19.7) broadcast the tensors themselves.
+    0-dimensional parameters, which compressors may have (learned scalar gates and scales). Earlier releases
+    (e.g. 0.19.7) broadcast the tensors themselves.
     """
     scalars = [name for name, param in model.named_parameters() if param.dim() == 0]
     if not scalars or not _deepspeed_broadcasts_byte_views():

@@ -1,10 +1,10 @@
-"""The paper's two-stage recipe defaults that depend on the run: the sparsemax temperature schedule.
+"""Run-dependent defaults: the training stage, the planned optimizer steps, and the plugin settings that a
+compressor plugin fills from them.
 
-Braco anneals its residual-selection temperature (paper App. J.2; braco-official §4–5): cosine from 2.0 to 1.2
-over stage 1 (``--tune_mm_mlp_adapter True``) and from 1.2 to 0.8 over stage 2. Unless given on the command
-line, ``--mm_fourier_temp_start/_end/_schedule`` take these values and ``--mm_fourier_temp_steps`` is the
-run's total number of optimizer steps, computed exactly as the transformers ``Trainer`` computes it. The
-values go to ``config.json`` with the other projector keys, so a checkpoint rebuilds the same projector.
+A plugin may declare ``run_defaults(RunInfo) -> {key: value}`` (e.g. a schedule per training stage whose length
+is the whole run). :func:`resolve_run_defaults` asks the plugin of ``--mm_projector_type`` and fills the
+settings the command line left unset; the values go to ``config.json`` with the other projector keys, so a
+checkpoint rebuilds the same projector.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-#: Stage → (temperature at step 0, temperature at the end of the schedule).
-STAGE_TEMPERATURES: dict[str, tuple[float, float]] = {"pretrain": (2.0, 1.2), "finetune": (1.2, 0.8)}
-DEFAULT_TEMP_SCHEDULE = "cosine"
-SCHEDULE_KEYS = ("mm_fourier_temp_start", "mm_fourier_temp_end", "mm_fourier_temp_steps", "mm_fourier_temp_schedule")
+from llava.model.multimodal_projector.plugins import RunInfo, plugin_for
 
 
 def training_stage(model_args: Any) -> str:
@@ -42,28 +39,20 @@ def planned_optimizer_steps(num_samples: int, training_args: Any) -> int:
     return math.ceil(training_args.num_train_epochs * updates_per_epoch)
 
 
-def resolve_temperature_schedule(model_args: Any, total_steps: int) -> tuple[Any, list[str]]:
-    """Fill the unset ``mm_fourier_temp_*`` arguments with the stage's defaults.
+def resolve_run_defaults(model_args: Any, total_steps: int) -> tuple[Any, list[str]]:
+    """Fill the unset settings of the projector's plugin with its run defaults.
 
     Returns:
-        ``(model_args with the schedule filled in, names of the arguments that took a default)``.
+        ``(model_args with those settings filled in, names of the settings that took a default)``; unchanged
+        when the projector has no plugin or the plugin has no run defaults.
     """
-    start, end = STAGE_TEMPERATURES[training_stage(model_args)]
-    defaults = {
-        "mm_fourier_temp_start": start,
-        "mm_fourier_temp_end": end,
-        "mm_fourier_temp_steps": total_steps,
-        "mm_fourier_temp_schedule": DEFAULT_TEMP_SCHEDULE,
-    }
-    filled = {key: value for key, value in defaults.items() if getattr(model_args, key) is None}
+    plugin = plugin_for(model_args.mm_projector_type)
+    if plugin is None or plugin.run_defaults is None:
+        return model_args, []
+    run = RunInfo(stage=training_stage(model_args), total_steps=total_steps, projector_type=model_args.mm_projector_type)
+    defaults = plugin.run_defaults(run)
+    filled = {key: value for key, value in defaults.items() if getattr(model_args, key, None) is None}
     return replace(model_args, **filled), sorted(filled)
 
 
-__all__ = [
-    "DEFAULT_TEMP_SCHEDULE",
-    "SCHEDULE_KEYS",
-    "STAGE_TEMPERATURES",
-    "planned_optimizer_steps",
-    "resolve_temperature_schedule",
-    "training_stage",
-]
+__all__ = ["planned_optimizer_steps", "resolve_run_defaults", "training_stage"]

@@ -6,14 +6,14 @@ Stage 1 (projector pre-training)::
         --model_name_or_path lmsys/vicuna-7b-v1.5 --version plain \\
         --data_path ./playground/data/LLaVA-Pretrain/blip_laion_cc_sbu_558k.json \\
         --image_folder ./playground/data/LLaVA-Pretrain/images \\
-        --vision_tower openai/clip-vit-large-patch14-336 --mm_projector_type braco_k16 \\
+        --vision_tower openai/clip-vit-large-patch14-336 --mm_projector_type mlp2x_gelu \\
         --tune_mm_mlp_adapter True --mm_vision_select_layer -2 ... --output_dir ./checkpoints/llava-v1.5-7b-pretrain
 
 Stage 2 loads the stage-1 ``mm_projector.bin`` with ``--pretrain_mm_mlp_adapter`` and trains the LLM too
 (``--version v1``). See docs/TRAINING.md for the flags and what each stage writes.
 
 Order of work: arguments, then every training record is checked (so bad data fails before a model is
-loaded), the temperature schedule is resolved (:mod:`llava.train.recipe`), the model is built
+loaded), the projector plugin's run defaults are filled in (:mod:`llava.train.recipe`), the model is built
 (:mod:`llava.train.model_setup`), callbacks that the model's projector registered are added
 (:mod:`llava.train.train_callbacks`), and training runs, resuming from the last ``checkpoint-*`` in
 ``--output_dir`` if there is one.
@@ -30,7 +30,6 @@ from typing import Any
 from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
-from llava.model.multimodal_projector.builder import list_projectors
 from llava.utils import setup_logging
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
@@ -44,7 +43,7 @@ from .model_setup import (
     setup_vision,
 )
 from .preprocess import conversation_template
-from .recipe import planned_optimizer_steps, resolve_temperature_schedule
+from .recipe import planned_optimizer_steps, resolve_run_defaults
 from .saving import llava_config
 from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records
 from .train_callbacks import callbacks_for_model
@@ -102,11 +101,10 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         skip_bad=data_args.skip_bad_samples,
     )
     total_steps = planned_optimizer_steps(len(records), training_args)
-    model_args, defaulted = resolve_temperature_schedule(model_args, total_steps)
+    model_args, defaulted = resolve_run_defaults(model_args, total_steps)
 
     model, tokenizer, image_processor = build_model(model_args, data_args, training_args, attn_implementation)
     check_template_fits(model_args.version, tokenizer)
-    list_projectors()  # imports projector plugins, which register their training callbacks
     callbacks = callbacks_for_model(model)
     if not callbacks:
         drop_unused_settings(llava_config(model), defaulted)

@@ -1,16 +1,19 @@
-"""Training callbacks that a model asks for: a registry that projector plugins fill.
+"""Training callbacks that a model asks for.
 
-A projector with training-time state (e.g. a temperature schedule that must follow the optimiser step)
-registers a *provider*: a function that looks at the model about to be trained and returns a
-``transformers.TrainerCallback`` for it, or ``None`` when the model has nothing to drive. ``train.py``
-adds every callback the providers return, so the trainer needs no knowledge of any projector's internals.
+A compressor plugin declares ``callbacks(model) -> list[TrainerCallback]``
+(:class:`llava.model.multimodal_projector.plugins.CompressorPlugin`); :func:`callbacks_for_model` asks the plugin of
+the model's ``mm_projector_type``. Code outside a plugin (tests, experiments) may also register a *provider*:
+``provider(model) -> TrainerCallback | None``. ``train.py`` adds every callback either returns, so the trainer
+needs no knowledge of any projector's internals.
 
-This module imports nothing heavy: plugins import it at registration time, also during inference.
+This module imports nothing heavy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
+
+from llava.model.multimodal_projector.plugins import plugin_for
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -33,14 +36,19 @@ def unregister_callback_provider(provider: CallbackProvider) -> None:
         _PROVIDERS.remove(provider)
 
 
-def callback_providers() -> list[CallbackProvider]:
-    """The registered providers, in registration order."""
-    return list(_PROVIDERS)
+def _model_config(model: Any) -> Any:
+    """The LLaVA config of ``model``, also through a PEFT wrapper."""
+    get_model = getattr(model, "get_base_model", None)
+    base = get_model() if callable(get_model) else model
+    return getattr(base, "config", None)
 
 
 def callbacks_for_model(model: Any) -> list["TrainerCallback"]:
-    """The callbacks that the registered providers return for ``model`` (``None`` answers dropped)."""
-    callbacks = []
+    """The callbacks of the model's compressor plugin, then those of the registered providers (``None`` dropped)."""
+    callbacks: list[Any] = []
+    plugin = plugin_for(getattr(_model_config(model), "mm_projector_type", None))
+    if plugin is not None and plugin.callbacks is not None:
+        callbacks.extend(plugin.callbacks(model))
     for provider in _PROVIDERS:
         callback = provider(model)
         if callback is not None:
@@ -50,7 +58,6 @@ def callbacks_for_model(model: Any) -> list["TrainerCallback"]:
 
 __all__ = [
     "CallbackProvider",
-    "callback_providers",
     "callbacks_for_model",
     "register_callback_provider",
     "unregister_callback_provider",

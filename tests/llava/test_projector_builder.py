@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from braco_patch import BracoCoder
+from braco_patch.config import PROJECTOR_PATTERN
 from llava.model.multimodal_projector.builder import build_vision_projector, list_projectors, resolve_projector
 
 # One concrete name per registered pattern; a new registration without an example fails the test below.
@@ -14,8 +15,7 @@ EXAMPLES = {
     "linear": "linear",
     r"mlp(\d+)x_gelu": "mlp3x_gelu",
     "identity": "identity",
-    r"braco_c\d+s\d+(?:_(?:coef|idct|randrot|vanilla))?": "braco_c2s5_idct",
-    r"braco_k\d+": "braco_k16",
+    PROJECTOR_PATTERN: "braco_c2s5_idct",
     r"fourier_mlp(\d+)x_gelu": "fourier_mlp2x_gelu",
 }
 
@@ -93,3 +93,20 @@ def test_stage1_adapter_keys_interchange():
     fresh.load_state_dict({k.split("mm_projector.", 1)[1]: v for k, v in adapter.items()}, strict=True)
     x = torch.randn(1, 576, 32)
     assert torch.equal(fresh.eval()(x), proj.eval()(x))
+
+
+def test_unknown_braco_key_names_the_close_match():
+    with pytest.raises(ValueError, match="'mm_fourier_spatial_keeep' is not a setting of the 'braco' compressor; did you mean 'mm_fourier_spatial_keep'"):
+        build_vision_projector(_config("fourier_mlp2x_gelu", mm_fourier_C=2, mm_fourier_spatial_keeep=3))
+
+
+@pytest.mark.parametrize("word, embedding", [("false", "none"), ("no", "none"), ("True", "polar")])
+def test_string_booleans_in_braco_keys(word, embedding):
+    config = _config("fourier_mlp2x_gelu", mm_fourier_C=2, mm_fourier_spatial_keep=3, mm_fourier_use_polar_pe=word)
+    proj = build_vision_projector(config)
+    assert proj[0].config.embedding == embedding and config.mm_fourier_use_polar_pe is (embedding == "polar")
+
+
+def test_braco_keys_are_range_checked():
+    with pytest.raises(ValueError, match="mm_fourier_spatial_prior must be one of"):
+        build_vision_projector(_config("braco_c2s3", mm_fourier_spatial_prior="edges"))

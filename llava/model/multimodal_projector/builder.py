@@ -4,10 +4,12 @@
 (``config.mm_projector_type``) is matched against registered names, exact names first, then anchored
 regular expressions, and the matching factory builds the module from the model config.
 
-Built-ins (``linear``, ``mlp{N}x_gelu``, ``identity``) register here like any plugin. Installed plugins
-register themselves through the ``llava.projectors`` entry-point group: each entry point names a module
-whose import calls :func:`register_projector`. The entry points are imported once, the first time a
-name is looked up.
+Built-ins (``linear``, ``mlp{N}x_gelu``, ``identity``) register here. Installed compressors register
+themselves through the ``llava.projectors`` entry-point group: each entry point names a module whose
+import calls :func:`llava.model.multimodal_projector.plugins.register_plugin` (which registers the plugin's
+name patterns here, together with its settings, needs, callbacks and view). The entry points are imported
+once, the first time a name is looked up. Building a projector of a plugin first checks the plugin's
+``config.json`` keys (:func:`~llava.model.multimodal_projector.plugins.check_plugin_config`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,13 @@ def register_projector(pattern: str, description: str = "") -> Callable[[Project
     return decorator
 
 
-def _load_plugins() -> None:
+def unregister_projector(pattern: str) -> None:
+    """Remove a registered pattern (a no-op when it is not registered)."""
+    _REGISTRY.pop(pattern, None)
+
+
+def load_plugins() -> None:
+    """Import every ``llava.projectors`` entry point once."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
@@ -68,7 +76,7 @@ def _load_plugins() -> None:
 
 def list_projectors() -> list[str]:
     """The registered projector patterns, built-ins first, in registration order."""
-    _load_plugins()
+    load_plugins()
     return list(_REGISTRY)
 
 
@@ -78,7 +86,7 @@ def _is_exact(pattern: str) -> bool:
 
 def resolve_projector(name: str) -> tuple[ProjectorFactory, "re.Match[str]"]:
     """Find the factory for ``name``: an exact registered name first, then the first matching pattern."""
-    _load_plugins()
+    load_plugins()
     regs = sorted(_REGISTRY.values(), key=lambda r: not _is_exact(r.pattern))
     for reg in regs:
         match = reg.regex.fullmatch(name)
@@ -93,9 +101,15 @@ def build_vision_projector(config, delay_load: bool = False, **kwargs) -> nn.Mod
 
     ``config`` is the whole model config: factories read ``mm_hidden_size``, ``hidden_size`` and any
     projector-specific keys from it.
+
+    Raises:
+        ValueError: For an unknown name, or plugin keys in ``config`` that are unknown or invalid.
     """
+    from .plugins import check_plugin_config
+
     name = getattr(config, "mm_projector_type", None) or "linear"
     factory, match = resolve_projector(name)
+    check_plugin_config(config)
     return factory(config, match)
 
 

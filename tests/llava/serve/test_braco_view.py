@@ -1,5 +1,6 @@
-"""The Braco panel's numbers: the heat maps are the coder's own residual weights for the image, and the
-low-pass view matches an independent float64 computation (the DCT written out as explicit sums)."""
+"""Braco's demo panel, through the generic compressor view (:mod:`llava.serve.panels`): the heat maps are the
+coder's own residual weights for the image, and the low-pass view matches an independent float64 computation
+(the DCT written out as explicit sums)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from PIL import Image
 
 from braco_patch.coder import BracoCoder
 from llava.mm_utils import process_images
-from llava.serve.braco_view import compute_view, cosine_rows, find_token_coder, lowpass_view, render_png, view_payload
+from braco_patch.basis import dct_rows
+from braco_patch.view import find_coder, lowpass_view
+from llava.serve.panels import compute_view, render_png, view_for, view_payload
 
 from .conftest import png_bytes
 
@@ -26,25 +29,28 @@ def _image(path: Path) -> Image.Image:
 def test_heat_maps_are_the_coders_residual_weights(braco_engine, tiny_image_file: Path) -> None:
     model, processor = braco_engine.model, braco_engine.image_processor
     coder = model.get_model().mm_projector[0]
-    assert isinstance(coder, BracoCoder) and find_token_coder(model) is coder
+    assert isinstance(coder, BracoCoder) and find_coder(model.get_model().mm_projector) is coder
     image = _image(tiny_image_file)
     view = compute_view(model, processor, image)
+    weights = view.arrays["weights"]
 
-    assert view.weights.shape == (coder.residual_tokens, 6, 6) == (5, 6, 6)
+    assert weights.shape == (coder.residual_tokens, 6, 6) == (5, 6, 6)
     pixels = process_images([image], processor, model.config)
     with torch.no_grad():
         features = model.get_vision_tower()(pixels)
         expected = coder.residual_weights(features, (6, 6))[0].reshape(5, 6, 6).numpy()
         sent = model.encode_images(pixels).shape[1]
-    np.testing.assert_allclose(view.weights, expected, rtol=0, atol=1e-7)
-    rows = view.weights.reshape(5, -1)
+    np.testing.assert_allclose(weights, expected, rtol=0, atol=1e-7)
+    rows = weights.reshape(5, -1)
     assert (rows >= 0).all()
     np.testing.assert_allclose(rows.sum(axis=1), np.ones(5), atol=1e-5)
-    assert (view.tokens_sent, view.tokens_uncompressed, view.cutoff) == (sent, 36, 2) == (9, 36, 2)
-    assert "9 visual tokens sent to the LLM" in view.summary() and "36 uncompressed" in view.summary()
+    details = view.details
+    assert (details["tokens_sent"], details["tokens_uncompressed"], details["cutoff"]) == (sent, 36, 2) == (9, 36, 2)
+    assert "9 visual tokens sent to the LLM" in view.summary and "36 uncompressed" in view.summary
+    assert "2×2 = 4 DCT backbone + 5 residual" in view.summary
 
     other = compute_view(model, processor, Image.new("RGB", (30, 40), (10, 200, 90)))
-    assert not np.allclose(other.weights, view.weights), "the maps must depend on the image"
+    assert not np.allclose(other.arrays["weights"], weights), "the maps must depend on the image"
 
 
 def test_heat_maps_equal_the_weights_used_while_answering(braco_engine, tiny_image_file: Path, monkeypatch) -> None:
@@ -69,7 +75,7 @@ def test_heat_maps_equal_the_weights_used_while_answering(braco_engine, tiny_ima
     monkeypatch.undo()
     assert len(seen) == 1
     view = compute_view(braco_engine.model, braco_engine.image_processor, _image(tiny_image_file))
-    np.testing.assert_allclose(view.weights, seen[0][0].reshape(5, 6, 6).numpy(), atol=1e-7)
+    np.testing.assert_allclose(view.arrays["weights"], seen[0][0].reshape(5, 6, 6).numpy(), atol=1e-7)
 
 
 def _basis(u: int, x: float, n: int) -> float:
@@ -142,11 +148,10 @@ def test_lowpass_view_at_patch_centres_is_the_inverse_dct_of_the_kept_block() ->
     np.testing.assert_allclose(lowpass_view(square, (4, 4), 4)[centres], square_means, atol=1e-12)
 
 
-def test_cosine_rows_at_integer_positions_are_the_dct_matrix() -> None:
-    from braco_patch.basis import dct_matrix
-
-    for n in (1, 4, 7):
-        np.testing.assert_allclose(cosine_rows(n, n, np.arange(n)), dct_matrix(n).numpy(), atol=1e-14)
+def test_dct_rows_at_fractional_positions_follow_the_definition() -> None:
+    positions = np.array([-0.5, 0.0, 0.25, 2.75])
+    expected = np.array([[_basis(u, x, 5) for x in positions] for u in range(3)])
+    np.testing.assert_allclose(dct_rows(5, 3, torch.tensor(positions)).numpy(), expected, atol=1e-14)
 
 
 def test_lowpass_view_rejects_bad_arguments() -> None:
@@ -163,11 +168,13 @@ def test_panel_png_and_payload(braco_engine, tiny_image_file: Path) -> None:
     assert drawn.format == "PNG" and drawn.width > drawn.height > 100
     payload = view_payload(view)
     assert payload["available"] and base64.b64decode(payload["png"]) == png
+    assert (payload["cutoff"], payload["residual_tokens"], payload["grid"]) == (2, 5, [6, 6])
+    assert payload["summary"] == view.summary and "sparsemax" in payload["help"]
     assert view_payload(None) == {"available": False}
 
 
 def test_no_panel_for_other_projectors(mlp_engine) -> None:
-    assert find_token_coder(mlp_engine.model) is None and not mlp_engine.has_braco_view
+    assert view_for(mlp_engine.model) is None and not mlp_engine.has_compressor_view
     image = Image.open(io.BytesIO(png_bytes((40, 30))))
     assert compute_view(mlp_engine.model, mlp_engine.image_processor, image) is None
-    assert mlp_engine.braco_view({"images": [base64.b64encode(png_bytes((40, 30))).decode()]}) == {"available": False}
+    assert mlp_engine.compressor_view({"images": [base64.b64encode(png_bytes((40, 30))).decode()]}) == {"available": False}

@@ -82,15 +82,15 @@ def test_browser_chat_shows_answer_and_residual_heat_maps(
 
             bot = page.locator("#chatbot [data-testid='bot']").last
             bot.wait_for()
-            page.wait_for_selector("#braco_maps img")
+            page.wait_for_selector("#compressor_maps img")
             page.wait_for_function(ANSWER_DONE)
             answer = bot.inner_text().strip()
             assert answer and not answer.endswith("▌") and "error_code" not in answer
-            summary = page.locator("#braco_summary").inner_text()
+            summary = page.locator("#compressor_summary").inner_text()
             assert "9 visual tokens sent to the LLM" in summary and "36 uncompressed" in summary
-            maps = page.locator("#braco_maps img")
+            maps = page.locator("#compressor_maps img")
             assert maps.evaluate("img => img.complete && img.naturalWidth > 0"), "the heat-map image did not load"
-            page.locator("#braco_panel").scroll_into_view_if_needed()
+            page.locator("#compressor_panel").scroll_into_view_if_needed()
             page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from llava.train.arguments import parse_arguments, translate_legacy_flags
-from llava.train.recipe import planned_optimizer_steps, resolve_temperature_schedule
+from llava.train.recipe import planned_optimizer_steps, resolve_run_defaults
 
 REQUIRED = ["--data_path", "data.json", "--output_dir", "out"]
 
@@ -26,7 +26,7 @@ def test_upstream_defaults():
     assert (training_args.lora_enable, training_args.lora_r, training_args.lora_alpha) == (False, 64, 16)
     assert (training_args.lora_dropout, training_args.lora_bias, training_args.lora_weight_path) == (0.05, "none", "")
     assert training_args.mm_projector_lr is None and training_args.group_by_modality_length is False
-    assert model_args.mm_fourier_temp_start is None and model_args.mm_fourier_temp_steps is None
+    assert model_args.mm_fourier_temp_start is None and model_args.mm_fourier_temp_steps is None  # plugin flags
 
 
 def test_official_braco_flags_parse():
@@ -126,15 +126,41 @@ def test_planned_steps(samples, overrides, expected):
 
 @pytest.mark.parametrize("tune, start, end", [(True, 2.0, 1.2), (False, 1.2, 0.8)])
 def test_schedule_defaults_per_stage(tune, start, end):
-    model_args, _, _ = parse_arguments(REQUIRED + ["--vision_tower", "clip", "--tune_mm_mlp_adapter", str(tune)])
-    resolved, defaulted = resolve_temperature_schedule(model_args, 123)
+    model_args, _, _ = parse_arguments(
+        REQUIRED + ["--vision_tower", "clip", "--tune_mm_mlp_adapter", str(tune), "--mm_projector_type", "braco_k16"]
+    )
+    resolved, defaulted = resolve_run_defaults(model_args, 123)
     assert (resolved.mm_fourier_temp_start, resolved.mm_fourier_temp_end) == (start, end)
     assert (resolved.mm_fourier_temp_steps, resolved.mm_fourier_temp_schedule) == (123, "cosine")
     assert len(defaulted) == 4
 
 
 def test_given_schedule_flags_are_kept():
-    model_args, _, _ = parse_arguments(REQUIRED + ["--mm_fourier_temp_end", "0.5", "--mm_fourier_temp_steps", "7"])
-    resolved, defaulted = resolve_temperature_schedule(model_args, 123)
+    model_args, _, _ = parse_arguments(
+        REQUIRED + ["--mm_projector_type", "braco_c3s7", "--mm_fourier_temp_end", "0.5", "--mm_fourier_temp_steps", "7"]
+    )
+    resolved, defaulted = resolve_run_defaults(model_args, 123)
     assert (resolved.mm_fourier_temp_start, resolved.mm_fourier_temp_end, resolved.mm_fourier_temp_steps) == (1.2, 0.5, 7)
     assert defaulted == ["mm_fourier_temp_schedule", "mm_fourier_temp_start"]
+
+
+def test_projectors_without_a_plugin_get_no_run_defaults():
+    model_args, _, _ = parse_arguments(REQUIRED + ["--mm_projector_type", "mlp2x_gelu"])
+    resolved, defaulted = resolve_run_defaults(model_args, 123)
+    assert defaulted == [] and resolved.mm_fourier_temp_start is None
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--mm_projector_type", "mlp2x_gelu", "--mm_fourier_C", "3"], "--mm_fourier_C is a setting of the 'braco' compressor"),
+    (["--mm_projector_type", "braco_c3s7", "--mm_fourier_temp_schedule", "square"], "mm_fourier_temp_schedule must be one of"),
+    (["--mm_projector_type", "braco_c3s7", "--mm_fourier_temp_steps", "-1"], "mm_fourier_temp_steps must be between 0"),
+])
+def test_plugin_flags_are_checked(flags, message):
+    with pytest.raises(ValueError, match=message):
+        parse_arguments(REQUIRED + flags)
+
+
+@pytest.mark.parametrize("word, expected", [("false", False), ("no", False), ("0", False), ("True", True), ("yes", True)])
+def test_plugin_boolean_flags_read_words(word, expected):
+    model_args, _, _ = parse_arguments(REQUIRED + ["--mm_projector_type", "braco_c3s7", "--mm_fourier_spatial_use_norm", word])
+    assert model_args.mm_fourier_spatial_use_norm is expected
