@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
 from llava.conversation import conv_templates
-from llava.eval.files import load_questions
+from llava.eval.files import check_outputs, load_questions
 from llava.mm_utils import (
     get_model_name_from_path,
     load_image,
@@ -567,6 +567,7 @@ def run_loader(
     """
     args = build_parser(spec).parse_args(argv)
     setup_logging()
+    check_outputs({"--question-file": args.question_file}, {"--answers-file": args.answers_file})
     records = get_chunk(load_questions(args.question_file), args.num_chunks, args.chunk_idx)
     items = build_items(spec, records, args)
     model_id = get_model_name_from_path(os.path.expanduser(args.model_path))

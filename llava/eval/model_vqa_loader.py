@@ -19,6 +19,7 @@ from typing import Sequence
 
 from llava.eval.core import LoaderSpec, RunResult, run_loader
 from llava.eval.model_vqa import build_items
+from llava.utils import cli_main
 
 SPEC = LoaderSpec(name="model_vqa_loader", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=128)
 
@@ -28,4 +29,4 @@ def main(argv: Sequence[str] | None = None) -> RunResult:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from llava.eval.core import EvalItem, ImageRef, LoaderSpec, RunResult, run_loader
 from llava.eval.files import is_missing, require_keys
+from llava.utils import cli_main
 
 ALL_OPTIONS = ["A", "B", "C", "D"]
 INSTRUCTIONS = {
@@ -79,4 +80,4 @@ def main(argv: Sequence[str] | None = None) -> RunResult:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 from llava.eval.core import EvalItem, ImageRef, LoaderSpec, RunResult, run_loader
 from llava.eval.files import require_keys
+from llava.utils import cli_main
 
 SINGLE_PRED_PROMPT = "Answer with the option's letter from the given choices directly."
 
@@ -59,4 +60,4 @@ def main(argv: Sequence[str] | None = None) -> RunResult:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

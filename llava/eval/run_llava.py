@@ -23,7 +23,7 @@ from llava.constants import (
 )
 from llava.conversation import conv_templates
 from llava.mm_utils import get_model_name_from_path, load_image, process_images, tokenizer_image_token
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -156,4 +156,4 @@ def main(argv: Sequence[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 _PREFIXES = ("gpt4_text", "reviews_", "review_")
 
@@ -87,4 +87,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -28,7 +28,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from llava.constants import CONTROLLER_HEART_BEAT_EXPIRATION
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 from .flags import add_bind_flags, add_flag
 from .protocol import CHUNK_DELIMITER, NO_WORKER, WORKER_UNREACHABLE, StreamChunk, no_model_message, unreachable_message
@@ -312,4 +312,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

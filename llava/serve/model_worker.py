@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from llava.constants import WORKER_HEART_BEAT_INTERVAL
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 from .engine import ModelEngine
 from .flags import add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, image_limits
@@ -247,4 +247,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))
