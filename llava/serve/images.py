@@ -12,10 +12,11 @@ import base64
 import binascii
 import io
 import os
-import warnings
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
+
+from llava.mm_utils import BOMB_ERRORS, bomb_guard
 
 #: Formats a browser can show and the processors can read; anything else is refused.
 ACCEPTED_FORMATS: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "BMP", "GIF")
@@ -93,10 +94,9 @@ def _check_size(num_bytes: int, limits: ImageLimits) -> None:
 def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -> Image.Image:
     """Read the header, check type and pixel count, then decode to RGB."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with bomb_guard():  # the rule every image loader shares (llava.mm_utils)
             image = Image.open(stream)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+    except BOMB_ERRORS:
         raise ImageRejected(
             f"the image has far more pixels than the {_megapixels(limits.max_pixels)} this server accepts; "
             "downscale it and try again"
@@ -116,9 +116,15 @@ def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -
             f"{_megapixels(limits.max_pixels)} this server accepts; downscale it and try again"
         )
     try:
-        image.load()
+        with bomb_guard():
+            image.load()
         return image.convert("RGB")
-    except (OSError, ValueError, SyntaxError):
+    except BOMB_ERRORS:
+        raise ImageRejected(
+            f"the image has far more pixels than the {_megapixels(limits.max_pixels)} this server accepts; "
+            "downscale it and try again"
+        ) from None
+    except (OSError, ValueError, SyntaxError, EOFError):
         raise ImageRejected("the image file is damaged or truncated; upload it again or use another file") from None
 
 
