@@ -142,6 +142,18 @@ class LoaderSpec:
 # ------------------------------------------------------------------------------------------------ chunks
 
 
+def split_list(items: Sequence[Any], num_chunks: int) -> list[list[Any]]:
+    """All chunks of :func:`get_chunk`, in order (upstream's ``split_list``: slices of size ``ceil(len / n)``).
+
+    Raises:
+        ValueError: If ``num_chunks < 1``.
+    """
+    if num_chunks < 1:
+        raise ValueError(f"--num-chunks must be at least 1, got {num_chunks}")
+    size = math.ceil(len(items) / num_chunks)
+    return [list(items[start : start + size]) for start in range(0, len(items), size)] if size else []
+
+
 def get_chunk(items: Sequence[Any], num_chunks: int, chunk_idx: int) -> list[Any]:
     """Return chunk ``chunk_idx`` of ``num_chunks``: upstream's slices of size ``ceil(len / num_chunks)``.
 
@@ -589,7 +601,27 @@ def run_loader(
         argv: Command-line arguments (``sys.argv[1:]`` when None).
         generator_factory: Replaces model loading (tests reuse one loaded model); gets the parsed args.
     """
-    args = build_parser(spec).parse_args(argv)
+    return run_parsed(spec, build_parser(spec).parse_args(argv), generator_factory=generator_factory)
+
+
+def args_with_defaults(spec: LoaderSpec, args: Any) -> argparse.Namespace:
+    """``args`` (a Namespace or any object with upstream's attribute names) completed with the command line's
+    defaults, so that upstream-style callers that build their own args object work unchanged."""
+    completed = build_parser(spec).parse_args([])
+    for key in vars(completed):
+        value = getattr(args, key, None)
+        if value is not None:
+            setattr(completed, key, value)
+    return completed
+
+
+def run_parsed(
+    spec: LoaderSpec,
+    args: argparse.Namespace,
+    *,
+    generator_factory: Callable[[argparse.Namespace], tuple[LlavaGenerator, str]] | None = None,
+) -> RunResult:
+    """:func:`run_loader` on already parsed arguments."""
     setup_logging()
     check_outputs({"--question-file": args.question_file}, {"--answers-file": args.answers_file})
     records = get_chunk(load_questions(args.question_file), args.num_chunks, args.chunk_idx)
@@ -618,6 +650,7 @@ __all__ = [
     "RunResult",
     "answer_key",
     "answer_record",
+    "args_with_defaults",
     "build_parser",
     "default_dtype",
     "get_chunk",
@@ -625,4 +658,6 @@ __all__ = [
     "resolve_device",
     "run_items",
     "run_loader",
+    "run_parsed",
+    "split_list",
 ]
