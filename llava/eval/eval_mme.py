@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from llava.eval.files import check_outputs, read_jsonl, require_keys, write_score, write_text
-from llava.utils import cli_main, setup_logging
+from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     setup_logging()
     if args.experiment is None and args.results_dir is None:
-        raise SystemExit("give --experiment (convert and score) or --results_dir (score only)")
+        raise UserError("give --experiment (convert and score) or --results_dir (score only)")
     results_dir = args.results_dir
     if args.experiment is not None:
         data_dir = Path(args.data_dir)

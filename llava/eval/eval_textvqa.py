@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from llava.eval.files import check_outputs, read_json, read_jsonl, require_keys, write_score
 from llava.eval.m4c_evaluator import TextVQAAccuracyEvaluator
-from llava.utils import cli_main, setup_logging
+from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     check_outputs({"--annotation-file": args.annotation_file, "--result-file": args.result_file}, {"--output-json": args.output_json})
     setup_logging()
     if args.result_file is None and args.result_dir is None:
-        raise SystemExit("give --result-file, --result-dir, or both")
+        raise UserError("give --result-file, --result-dir, or both")
     record = None
     if args.result_file is not None:
         summary = evaluate(args.annotation_file, args.result_file)
