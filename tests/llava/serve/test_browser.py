@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from llava.serve.demo_examples import demo_examples
+
 from .conftest import ServingStack
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -101,6 +103,11 @@ def test_browser_chat_shows_answer_and_residual_heat_maps(
             page.goto(serving_stack.web_url, wait_until="domcontentloaded")
             page.wait_for_selector("#textbox textarea")
             expect(page.locator("#model_selector input")).to_have_value(serving_stack.model_name)  # filled on load
+            # The shipped examples are clickable: one click fills the question (and the image box).
+            _, question = demo_examples()[0]
+            page.locator("#examples").get_by_text(question).first.click()
+            expect(page.locator("#textbox textarea")).to_have_value(question)
+            page.wait_for_selector("#imagebox img")
             page.locator("#imagebox input[type=file]").set_input_files(str(tiny_image_file))
             page.wait_for_selector("#imagebox img")  # the upload preview
             page.locator("#textbox textarea").fill("What is shown in the image?")
