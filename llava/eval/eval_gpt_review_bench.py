@@ -22,7 +22,8 @@ category's instruction from the rule table (``llava_bench_<category>`` -> ``{"ro
 temperature 0.2. The first line of its reply holds the two scores; a reply without them is recorded as
 ``[-1, -1]``. Output lines: ``{"id", "question_id", "answer1_id", "answer2_id", "category", "content",
 "tuple"}``, one per question, appended and flushed as they come, so a rerun resumes with the questions that
-have no review yet. Rate limits (HTTP 429), server errors and dropped connections are retried with growing
+have no review yet. ``OUTPUT.meta.json`` records the judge (endpoint, model, token limit) and a hash of the
+rule table and of both answer files: resuming after any of them changed is refused until ``--overwrite``. Rate limits (HTTP 429), server errors and dropped connections are retried with growing
 pauses (``--max-retries``); other refusals (a bad key, an unknown model) stop at once with one sentence.
 Summarise with ``python -m llava.eval.summarize_gpt_review -f OUTPUT``.
 """
@@ -30,6 +31,7 @@ Summarise with ``python -m llava.eval.summarize_gpt_review -f OUTPUT``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from llava.eval.files import check_outputs, read_json, read_jsonl
+from llava.eval.provenance import Provenance
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -167,6 +170,18 @@ def _done(output: Path) -> set[Any]:
     return done
 
 
+def _digest(path: str) -> str:
+    return hashlib.sha256(Path(os.path.expanduser(path)).read_bytes()).hexdigest()[:16]
+
+
+def review_producer(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
+    """What the reviews depend on: the judge and the exact inputs (a re-generated answers file changes them)."""
+    return {
+        "endpoint": client.url, "judge_model": client.model, "max_tokens": args.max_tokens, "rule": _digest(args.rule),
+        "question": _digest(args.question), "reference": _digest(args.answer_list[0]), "answers": _digest(args.answer_list[1]),
+    }
+
+
 def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str, Any]]:
     """Review every question without a review in ``args.output``; returns the new review records."""
     if len(args.answer_list) != 2:
@@ -180,7 +195,14 @@ def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str,
     reference, model = (_by_question(path, "answers file") for path in args.answer_list)
     output = Path(os.path.expanduser(args.output))
     output.parent.mkdir(parents=True, exist_ok=True)
+    if args.overwrite and output.exists():
+        output.write_bytes(b"")
     done = _done(output)
+    record = Provenance(output, review_producer(args, client), output_flag="--output", what="review")
+    if args.overwrite:
+        record.start()
+    else:
+        record.resume(has_answers=bool(done))
     written = []
     with output.open("a", encoding="utf-8") as handle:
         for index, question in enumerate(questions):
@@ -220,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=1024, help="longest review the judge may write")
     parser.add_argument("--judge-model", default=None, help=f"default: ${MODEL_ENV} or {DEFAULT_JUDGE}")
     parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
+    parser.add_argument("--overwrite", action="store_true", help="review everything again instead of resuming")
     return parser
 
 

@@ -90,9 +90,13 @@ class Provenance:
     Args:
         answers_file: The answers JSONL.
         producer: What produces the answers now (see :func:`producer_record`).
+        output_flag: The flag that names ``answers_file``, for the messages.
+        what: What the file holds, for the messages.
     """
 
-    def __init__(self, answers_file: str | os.PathLike[str], producer: Mapping[str, Any]) -> None:
+    def __init__(self, answers_file: str | os.PathLike[str], producer: Mapping[str, Any], *, output_flag: str = "--answers-file",
+                 what: str = "answers") -> None:
+        self.output_flag, self.what = output_flag, what
         self.path = sidecar_path(answers_file)
         self.answers_file = os.fspath(answers_file)
         self.producer = _jsonable(dict(producer))
@@ -112,9 +116,9 @@ class Provenance:
         if not self.path.is_file():
             if has_answers:
                 raise UserError(
-                    f"answers file {self.answers_file!r} holds answers but no record of the model and settings "
-                    f"that produced them ({self.path.name}); pass --overwrite to answer again, or choose another "
-                    "--answers-file"
+                    f"{self.what} file {self.answers_file!r} holds {self.what} but no record of the model and settings "
+                    f"that produced them ({self.path.name}); pass --overwrite to start again, or choose another "
+                    f"{self.output_flag}"
                 )
             self.start()
             return
@@ -128,8 +132,8 @@ class Provenance:
         changes = _differences(old, self.producer)
         if changes:
             raise UserError(
-                f"answers file {self.answers_file!r} was produced with other settings ({'; '.join(changes)}); "
-                "pass --overwrite to answer again with the new ones, or choose another --answers-file"
+                f"{self.what} file {self.answers_file!r} was produced with other settings ({'; '.join(changes)}); "
+                f"pass --overwrite to start again with the new ones, or choose another {self.output_flag}"
             )
         self.skipped = dict(skipped)
 

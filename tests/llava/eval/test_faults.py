@@ -90,7 +90,7 @@ def test_answers_without_a_record_are_not_mixed(bench_data: BenchData, checkpoin
     answers = tmp_path / "a.jsonl"
     answers.write_text(json.dumps({"question_id": 0, "prompt": "p", "text": "old", "answer_id": "x",
                                    "model_id": "llava-v1.5-tiny", "metadata": {}}) + "\n")
-    with pytest.raises(ValueError, match="holds answers but no record of the model and settings .*pass --overwrite"):
+    with pytest.raises(ValueError, match="holds answers but no record of the model and settings .*pass --overwrite to start again, or choose another --answers-file"):
         run(model_vqa_loader, _argv(bench_data, checkpoint_dir, answers))
 
 

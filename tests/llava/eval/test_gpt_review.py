@@ -137,3 +137,19 @@ def test_parse_score() -> None:
     assert review.parse_score("7, 8\nfine") == [7.0, 8.0]
     assert review.parse_score("7 8.5") == [7.0, 8.5]
     assert review.parse_score("Scores: 7 and 8") == [-1, -1]
+
+
+def test_reviews_of_other_answers_or_another_judge_are_not_mixed(judge: FakeJudge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = _files(tmp_path)
+    review.main(argv)
+    output = tmp_path / "reviews" / "m.jsonl"
+    lines = output.read_text().splitlines()
+    output.write_text(lines[0] + "\n")  # an interrupted run
+    write_jsonl(tmp_path / "model.jsonl", [{"question_id": q["question_id"], "text": "new answer"} for q in QUESTIONS])
+    with pytest.raises(ValueError, match=r"^review file .* was produced with other settings \(answers .*\); pass --overwrite to start again with the new ones, or choose another --output$"):
+        review.main(argv)
+    monkeypatch.setenv("LLAVA_JUDGE_MODEL", "judge-2")
+    with pytest.raises(ValueError, match="judge_model 'judge-1' -> 'judge-2'"):
+        review.main(argv)
+    fresh = review.main(argv + ["--overwrite"])
+    assert [r["tuple"] for r in fresh] == [[9.0, 10.0]] * 3 and len(output.read_text().splitlines()) == 3
