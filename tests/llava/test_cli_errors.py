@@ -13,6 +13,8 @@ import pytest
 
 from llava.utils import UserError, cli_main, is_user_error
 
+from .eval.images_faults import over_limit
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -27,6 +29,8 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
     answers.write_text('{"question_id": 1, "text": "yes", "prompt": "q"}\n')
     foreign = tmp / "playground"
     (foreign / "data").mkdir(parents=True)
+    bomb = tmp / "bomb.png"
+    bomb.write_bytes(over_limit())
     return [
         (["-m", "llava.eval.eval_pope", "--annotation-dir", str(tmp), "--question-file", str(tmp / "none.jsonl"),
           "--result-file", str(answers)], "does not exist"),
@@ -34,6 +38,9 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         ([str(REPO / "scripts" / "convert_gqa_for_eval.py"), "--src", str(answers), "--dst", str(answers)], "same file"),
         (["-m", "llava.quickstart", "--out", str(foreign)], "was not created by the quickstart"),
         (["-m", "llava.eval.summarize", str(tmp / "missing.json")], "missing.json"),
+        (["-m", "llava.serve.cli", "--model-path", str(tmp / "no-model"), "--image-file", str(bomb)], "decompression bomb"),
+        (["-m", "llava.eval.run_llava", "--model-path", str(tmp / "no-model"), "--image-file", str(bomb), "--query", "q"],
+         "decompression bomb"),
     ]
 
 
