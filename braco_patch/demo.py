@@ -34,7 +34,7 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 def load_demo_image(path: str | None, size: int) -> np.ndarray:
     """RGB float image ``[size, size, 3]`` in [0, 1]; scikit-image's astronaut photograph by default."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     if path is None:
         try:
@@ -43,12 +43,39 @@ def load_demo_image(path: str | None, size: int) -> np.ndarray:
             raise SystemExit("braco demo: no --image given and scikit-image is not installed; pip install scikit-image or pass --image PATH") from None
         image = Image.fromarray(data.astronaut())
     else:
-        try:
-            image = Image.open(path).convert("RGB")
-        except (FileNotFoundError, UnidentifiedImageError, OSError) as exc:
-            raise SystemExit(f"braco demo: cannot read image {path!r} ({exc})") from None
+        image = _open_rgb(path)
     image = image.resize((size, size), Image.BICUBIC)
     return np.asarray(image, dtype=np.float32) / 255.0
+
+
+def _open_rgb(path: str):
+    """Decode ``path`` as RGB, or exit with one sentence.
+
+    The same rule as ``llava.mm_utils.open_image`` (this package imports nothing from ``llava``): PIL's
+    decompression-bomb warning counts as an error, so an image with more than ``Image.MAX_IMAGE_PIXELS``
+    pixels is refused before gigabytes are decoded; damaged and non-image files are refused too.
+    """
+    import warnings
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                image.load()
+                return image.convert("RGB")
+    except FileNotFoundError:
+        raise SystemExit(f"braco demo: image file {path!r} does not exist") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise SystemExit(
+            f"braco demo: image file {path!r} has more pixels than the {Image.MAX_IMAGE_PIXELS} PIL decodes safely "
+            "(a possible decompression bomb); downscale it"
+        ) from None
+    except UnidentifiedImageError:
+        raise SystemExit(f"braco demo: image file {path!r} is not a readable image (not a known image format)") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise SystemExit(f"braco demo: image file {path!r} is not a readable image (damaged or truncated: {exc})") from None
 
 
 def patch_tokens(image: np.ndarray, patch: int) -> torch.Tensor:
@@ -92,9 +119,9 @@ def run(args: argparse.Namespace) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    image = load_demo_image(args.image, args.image_size)  # before anything is written
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    image = load_demo_image(args.image, args.image_size)
     n = args.image_size // args.patch
     tokens = patch_tokens(image, args.patch)
     torch.manual_seed(args.seed)

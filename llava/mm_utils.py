@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import ast
 import base64
+import binascii
+import contextlib
 import logging
 import math
 import os
+import warnings
+from collections.abc import Iterator
 from io import BytesIO
 from typing import Any, Sequence
 
@@ -25,6 +29,7 @@ from PIL import Image, UnidentifiedImageError
 from transformers import StoppingCriteria
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -33,28 +38,80 @@ Resolution = tuple[int, int]  # (width, height)
 # ---------------------------------------------------------------------- image loading
 
 
+#: What PIL raises for an image with more pixels than ``Image.MAX_IMAGE_PIXELS`` (the warning, between one and
+#: two times the limit, is turned into an error: decoding such an image can take gigabytes).
+BOMB_ERRORS: tuple[type[BaseException], ...] = (Image.DecompressionBombError, Image.DecompressionBombWarning)
+#: What PIL raises for data that is not a decodable image (unknown format, truncated or corrupt pixels).
+UNREADABLE_ERRORS: tuple[type[BaseException], ...] = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError)
+
+
+class ImageUnreadable(UserError):
+    """An image that cannot or will not be decoded; ``str(error)`` is one sentence for the user."""
+
+
+@contextlib.contextmanager
+def bomb_guard() -> Iterator[None]:
+    """Within the block, PIL's decompression-bomb warning is an error (see :data:`BOMB_ERRORS`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        yield
+
+
+def open_image(source: str | os.PathLike[str] | bytes, *, what: str | None = None, convert: str | None = "RGB") -> Image.Image:
+    """Open and fully decode an image file (a path, or the file's bytes), the one way every loader does.
+
+    Args:
+        source: A local path, or the bytes of an image file.
+        what: How to name the image in errors (default: the path, or "the embedded image").
+        convert: Mode to convert to (``None`` keeps the file's mode).
+
+    Raises:
+        ImageUnreadable: If the file is missing, is a decompression bomb (more than ``Image.MAX_IMAGE_PIXELS``
+            pixels), or is not a decodable image.
+    """
+    is_bytes = isinstance(source, (bytes, bytearray))
+    name = what or ("the embedded image" if is_bytes else f"image file {os.fspath(source)!r}")
+    try:
+        with bomb_guard(), Image.open(BytesIO(source) if is_bytes else source) as image:
+            image.load()
+            return image.convert(convert) if convert else image.copy()
+    except FileNotFoundError:
+        raise ImageUnreadable(f"{name} does not exist") from None
+    except BOMB_ERRORS:
+        raise ImageUnreadable(
+            f"{name} has more pixels than the {Image.MAX_IMAGE_PIXELS} PIL decodes safely (a possible "
+            "decompression bomb); downscale it"
+        ) from None
+    except UnidentifiedImageError:
+        raise ImageUnreadable(f"{name} is not a readable image (not a known image format)") from None
+    except UNREADABLE_ERRORS as error:
+        raise ImageUnreadable(f"{name} is not a readable image (damaged or truncated: {error})") from None
+
+
 def load_image_from_base64(image: str) -> Image.Image:
-    """Decode a base64-encoded image file (as sent by the demo) into a PIL image, mode unchanged."""
-    return Image.open(BytesIO(base64.b64decode(image)))
+    """Decode a base64-encoded image file (as sent by the demo) into a PIL image, mode unchanged.
+
+    Raises:
+        ImageUnreadable: If ``image`` is not base64 or not a decodable image (see :func:`open_image`).
+    """
+    try:
+        data = base64.b64decode(image, validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageUnreadable("the embedded base64 image is not valid base64") from None
+    return open_image(data, what="the embedded base64 image", convert=None)
 
 
 def load_image(path_or_url: str | os.PathLike[str]) -> Image.Image:
     """Open a local image file, or an ``http(s)`` URL when ``requests`` is installed, as RGB.
 
     Raises:
-        ValueError: If the file is missing, or the file or download is not a readable image.
+        ImageUnreadable: (a ValueError) If the file is missing, or the file or download is not a readable image.
         ImportError: For a URL when ``requests`` is not installed.
     """
     source = os.fspath(path_or_url)
     if source.startswith(("http://", "https://")):
         return _load_image_from_url(source)
-    try:
-        with Image.open(source) as image:
-            return image.convert("RGB")
-    except FileNotFoundError:
-        raise ValueError(f"image file {source!r} does not exist") from None
-    except (UnidentifiedImageError, OSError) as error:
-        raise ValueError(f"image file {source!r} is not a readable image ({error})") from error
+    return open_image(source)
 
 
 def _load_image_from_url(url: str) -> Image.Image:
@@ -67,10 +124,9 @@ def _load_image_from_url(url: str) -> Image.Image:
     try:
         response = requests.get(url, timeout=30)
         response.raise_for_status()
-        with Image.open(BytesIO(response.content)) as image:
-            return image.convert("RGB")
-    except (requests.RequestException, UnidentifiedImageError, OSError) as error:
-        raise ValueError(f"could not load an image from {url!r} ({error})") from error
+    except requests.RequestException as error:
+        raise ImageUnreadable(f"could not load an image from {url!r} ({error})") from None
+    return open_image(response.content, what=f"the image at {url!r}")
 
 
 # ---------------------------------------------------------------------- geometry
@@ -447,6 +503,10 @@ __all__ = [
     "get_model_name_from_path",
     "load_image",
     "load_image_from_base64",
+    "BOMB_ERRORS",
+    "ImageUnreadable",
+    "bomb_guard",
+    "open_image",
     "parse_grid_pinpoints",
     "process_anyres_image",
     "process_images",

@@ -11,6 +11,9 @@ import logging
 import logging.handlers
 import os
 import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from llava.constants import LOGDIR
@@ -160,6 +163,54 @@ def build_logger(
     return logger
 
 
+class UserError(ValueError):
+    """Bad input from the user (a flag, a file, a folder); ``str(error)`` is one sentence meant for them.
+
+    A ``ValueError`` subclass, so code that catches ``ValueError`` keeps working.
+    """
+
+
+#: Set to 1 to see the full traceback of an expected user error too.
+TRACEBACK_ENV = "LLAVA_TRACEBACK"
+
+# Packages whose own ValueErrors are deliberate one-sentence messages (the project's rule for bad input).
+_OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / name) + os.sep for name in ("llava", "braco_patch", "scripts"))
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether ``error`` is an expected user error rather than a bug.
+
+    A :class:`UserError` and a ``FileNotFoundError`` always are; any other ``ValueError`` is when this
+    project raised it (the innermost frame of its traceback is in ``llava/``, ``braco_patch/`` or
+    ``scripts/``), since a ValueError escaping a library is not a message written for the user.
+    """
+    if isinstance(error, (UserError, FileNotFoundError)):
+        return True
+    if not isinstance(error, ValueError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(_OWN_PACKAGES)
+
+
+def cli_main(main: Callable[..., Any], argv: Any = None) -> int:
+    """Run a command-line ``main(argv)``: a user error prints one line to stderr and exits 2.
+
+    Bugs keep their traceback. ``LLAVA_TRACEBACK=1`` shows the traceback of user errors too.
+
+    Returns:
+        0 on success (for ``raise SystemExit(cli_main(main))``).
+    """
+    try:
+        main(argv)
+    except (ValueError, FileNotFoundError) as error:
+        if not is_user_error(error) or os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+            raise
+        prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "llava"
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def disable_torch_init() -> None:
     """Skip the random initialisation of ``nn.Linear`` and ``nn.LayerNorm`` for the whole process.
 
@@ -205,7 +256,11 @@ def pretty_print_semaphore(semaphore: Any) -> str:
 
 
 __all__ = [
+    "TRACEBACK_ENV",
     "RankZeroFilter",
+    "UserError",
+    "cli_main",
+    "is_user_error",
     "build_logger",
     "disable_torch_init",
     "enable_torch_init",

@@ -1,6 +1,7 @@
 """GQA converter with upstream's flags; the work is done by ``llava.eval.convert.gqa_main``."""
 
 from llava.eval.convert import gqa_main
+from llava.utils import cli_main
 
 if __name__ == "__main__":
-    gqa_main()
+    raise SystemExit(cli_main(gqa_main))

@@ -1,6 +1,7 @@
 """MMBench converter with upstream's flags; the work is done by ``llava.eval.convert.mmbench_main``."""
 
 from llava.eval.convert import mmbench_main
+from llava.utils import cli_main
 
 if __name__ == "__main__":
-    mmbench_main()
+    raise SystemExit(cli_main(mmbench_main))

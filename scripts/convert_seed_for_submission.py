@@ -1,6 +1,7 @@
 """SEED-Bench converter with upstream's flags; the work is done by ``llava.eval.convert.seed_main``."""
 
 from llava.eval.convert import seed_main
+from llava.utils import cli_main
 
 if __name__ == "__main__":
-    seed_main()
+    raise SystemExit(cli_main(seed_main))

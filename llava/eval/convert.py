@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from llava.eval.files import read_json, read_jsonl, read_jsonl_lenient, write_json, write_score
+from llava.eval.files import atomic_output, check_outputs, read_json, read_jsonl, read_jsonl_lenient, write_json, write_score, write_text
 from llava.eval.m4c_evaluator import EvalAIAnswerProcessor
 from llava.utils import setup_logging
 
@@ -41,6 +41,7 @@ def _parser(description: str) -> argparse.ArgumentParser:
 
 def convert_gqa(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Write GQA's prediction list: ``text.rstrip(".").lower()`` per answer, in file order."""
+    check_outputs({"--src": src}, {"--dst": dst})
     predictions = [
         {"questionId": answer["question_id"], "prediction": answer["text"].rstrip(".").lower()}
         for answer in read_jsonl(src, what="answers file")
@@ -68,6 +69,7 @@ def gqa_main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
 def convert_mmvet(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> dict[str, str]:
     """Write the MM-Vet judge's input: ``{"v1_<question_id>": answer text}``."""
+    check_outputs({"--src": src}, {"--dst": dst})
     results = {f"v1_{answer['question_id']}": answer["text"] for answer in read_jsonl(src, what="answers file")}
     write_json(dst, results, indent=2)
     return results
@@ -84,6 +86,7 @@ def convert_vqav2(
     result_file: str | os.PathLike[str], test_file: str | os.PathLike[str], dst: str | os.PathLike[str]
 ) -> list[dict[str, Any]]:
     """Write the EvalAI upload for every question of ``test_file``; unanswered questions get ``""``."""
+    check_outputs({"answers": result_file, "test questions": test_file}, {"upload": dst})
     answers, bad_lines = read_jsonl_lenient(result_file)
     by_id = {answer["question_id"]: answer["text"] for answer in answers}
     questions = read_jsonl(test_file, what="VQAv2 test question file")
@@ -127,8 +130,9 @@ def convert_vizwiz(
     """Write the VizWiz upload ``[{"image", "answer"}]`` in question order.
 
     Raises:
-        ValueError: If a question has no answer (the server needs all of them).
+        ValueError: If a question has no answer (the server needs all of them), or the upload file is an input.
     """
+    check_outputs({"--annotation-file": annotation_file, "--result-file": result_file}, {"--result-upload-file": upload_file})
     answers, bad_lines = read_jsonl_lenient(result_file)
     by_id = {answer["question_id"]: answer["text"] for answer in answers}
     questions = read_jsonl(annotation_file, what="VizWiz question file")
@@ -199,8 +203,9 @@ def convert_seed(
     """Score SEED-Bench (all, image, video) and write the upload JSONL ``{"question_id", "prediction"}``.
 
     Raises:
-        ValueError: If a question has no answer (after the scores are computed).
+        ValueError: If a question has no answer (after the scores are computed), or the upload file is an input.
     """
+    check_outputs({"--annotation-file": annotation_file, "--result-file": result_file}, {"--result-upload-file": upload_file})
     annotation = read_json(annotation_file, what="SEED-Bench annotation file")
     results = {answer["question_id"]: answer for answer in read_jsonl(result_file, what="answers file")}
     scores = {
@@ -214,9 +219,7 @@ def convert_seed(
         if answer is None:
             raise ValueError(f"SEED question {question['question_id']!r} has no answer in {os.fspath(result_file)!r}")
         lines.append(json.dumps({"question_id": question["question_id"], "prediction": answer["text"]}))
-    target = Path(upload_file)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    write_text(upload_file, "".join(line + "\n" for line in lines))
     return scores
 
 
@@ -266,19 +269,21 @@ def convert_mmbench(
         import pandas as pd
     except ImportError:
         raise ImportError("writing the MMBench submission needs pandas and openpyxl (pip install -e '.[eval]')") from None
+    target = Path(upload_dir) / f"{experiment}.xlsx"
+    answers = Path(result_dir) / f"{experiment}.jsonl"
+    check_outputs({"--annotation-file": annotation_file, "--result-dir answers": answers}, {"--upload-dir spreadsheet": target})
     table = pd.read_table(annotation_file)
     upload = table.drop(columns=[column for column in _MMBENCH_DROPPED if column in table.columns])
     upload.insert(min(6, len(upload.columns)), "prediction", None)
     predictions: dict[Any, str] = {}
-    for answer in read_jsonl(Path(result_dir) / f"{experiment}.jsonl", what="answers file"):
+    for answer in read_jsonl(answers, what="answers file"):
         predictions[answer["question_id"]] = answer["text"]
     upload["prediction"] = [predictions.get(index) for index in table["index"]]
     unanswered = int(upload["prediction"].isna().sum())
     if unanswered:
         logger.warning("MMBench: %d of %d questions have no prediction", unanswered, len(upload))
-    target = Path(upload_dir) / f"{experiment}.xlsx"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    upload.to_excel(target, index=False, engine="openpyxl")
+    with atomic_output(target, "wb") as handle:
+        upload.to_excel(handle, index=False, engine="openpyxl")
     return target
 
 

@@ -7,7 +7,9 @@ everything else:
 * question files (JSONL, JSON list, MMBench TSV; see :func:`llava.eval.files.load_questions`);
 * upstream's chunking: chunk ``k`` of ``n`` is the ``k``-th slice of size ``ceil(len / n)``;
 * resuming: questions already in the answers file are skipped, every answer is appended and flushed as it
-  is produced, and a half-written last line left by a killed run is dropped;
+  is produced, and a half-written last line left by a killed run is dropped; a sidecar
+  ``<answers>.meta.json`` records the model and settings that produced the answers, and resuming with
+  others is refused, naming ``--overwrite`` (see :mod:`llava.eval.provenance`);
 * batched greedy or sampled generation (``--batch-size``) with left padding;
 * the answers JSONL with upstream's fields (``question_id, prompt, text, answer_id, model_id, metadata``
   plus a loader's extras such as MMBench's ``round_id, options, option_char``);
@@ -26,7 +28,6 @@ Typical use, from a loader::
 from __future__ import annotations
 
 import argparse
-import binascii
 import json
 import logging
 import math
@@ -37,12 +38,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import shortuuid
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from tqdm import tqdm
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
-from llava.eval.files import load_questions
+from llava.eval.files import check_outputs, load_questions
+from llava.eval.provenance import Provenance, producer_record
 from llava.mm_utils import (
     get_model_name_from_path,
     load_image,
@@ -50,7 +52,7 @@ from llava.mm_utils import (
     process_images,
     tokenizer_image_token,
 )
-from llava.utils import setup_logging
+from llava.utils import UserError, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +81,7 @@ class ImageRef:
         """
         if self.path is not None:
             return load_image(self.path)
-        try:
-            with load_image_from_base64(self.base64 or "") as image:
-                return image.convert("RGB")
-        except (binascii.Error, UnidentifiedImageError, OSError, ValueError) as error:
-            raise ValueError(f"the embedded base64 image is not a readable image ({error})") from None
+        return load_image_from_base64(self.base64 or "").convert("RGB")
 
 
 AnswerKey = tuple[Any, Any]
@@ -142,6 +140,18 @@ class LoaderSpec:
 
 
 # ------------------------------------------------------------------------------------------------ chunks
+
+
+def split_list(items: Sequence[Any], num_chunks: int) -> list[list[Any]]:
+    """All chunks of :func:`get_chunk`, in order (upstream's ``split_list``: slices of size ``ceil(len / n)``).
+
+    Raises:
+        ValueError: If ``num_chunks < 1``.
+    """
+    if num_chunks < 1:
+        raise ValueError(f"--num-chunks must be at least 1, got {num_chunks}")
+    size = math.ceil(len(items) / num_chunks)
+    return [list(items[start : start + size]) for start in range(0, len(items), size)] if size else []
 
 
 def get_chunk(items: Sequence[Any], num_chunks: int, chunk_idx: int) -> list[Any]:
@@ -407,6 +417,7 @@ class RunResult:
     already_answered: int
     answered: int = 0
     skipped: list[Any] = field(default_factory=list)
+    record: Provenance | None = None
 
 
 def _batches(items: Sequence[EvalItem], batch_size: int) -> list[list[EvalItem]]:
@@ -430,6 +441,7 @@ def run_items(
     batch_size: int = 1,
     skip_missing: bool = False,
     overwrite: bool = False,
+    producer: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Answer every item not yet in ``answers_file``.
 
@@ -442,10 +454,13 @@ def run_items(
         batch_size: Questions per ``generate`` call.
         skip_missing: Count and skip questions whose image is missing or unreadable instead of failing.
         overwrite: Ignore and replace an existing answers file.
+        producer: What produces the answers (see :func:`llava.eval.provenance.producer_record`): recorded next
+            to a new answers file, and a resumed file must have been produced by the same settings. ``None``
+            skips the record (library use without a command line).
 
     Raises:
         ValueError: For a missing/unreadable image without ``skip_missing`` (naming the question id),
-            or a duplicated question id.
+            a duplicated question id, or resuming answers produced by other settings.
     """
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
@@ -454,8 +469,11 @@ def run_items(
         duplicate = next(key for key in keys if keys.count(key) > 1)
         raise ValueError(f"question id {duplicate[0]!r} appears more than once in this chunk")
     with AnswersFile(answers_file, overwrite=overwrite, model_id=model_id) as answers:
+        record = _open_record(answers, producer, overwrite)
         pending = [item for item in items if item.key not in answers.answered]
-        result = RunResult(answers.path, total=len(items), already_answered=len(items) - len(pending))
+        result = RunResult(answers.path, total=len(items), already_answered=len(items) - len(pending), record=record)
+        if record is not None and record.skipped:
+            logger.info("%s: %d questions were skipped by an earlier run; trying them again", answers.path, len(record.skipped))
         if result.already_answered:
             logger.info("resuming %s: %d of %d questions already answered", answers.path, result.already_answered, len(items))
         pending = _drop_missing_files(pending, skip_missing, result)
@@ -478,6 +496,8 @@ def run_items(
                 texts = generator.generate([item.question for item in ready], images, config)
                 for item, text in zip(ready, texts):
                     answers.write(answer_record(item, text, model_id))
+                    if record is not None:
+                        record.clear_skip(item.question_id)
                 result.answered += len(ready)
                 progress.update(len(ready))
     if result.skipped:
@@ -488,10 +508,25 @@ def run_items(
     return result
 
 
+def _open_record(answers: AnswersFile, producer: Mapping[str, Any] | None, overwrite: bool) -> Provenance | None:
+    """The answers file's record of its producer: started afresh, or checked against ``producer`` on resume."""
+    if producer is None:
+        return None
+    record = Provenance(answers.path, producer)
+    if overwrite:
+        record.start()
+    else:
+        record.resume(has_answers=bool(answers.answered))
+    return record
+
+
 def _missing(item: EvalItem, reason: str, skip_missing: bool, result: RunResult) -> None:
     if not skip_missing:
-        raise ValueError(f"question {item.question_id!r}: {reason} (pass --skip-missing to skip such questions)")
+        raise UserError(f"question {item.question_id!r}: {reason} (pass --skip-missing to skip such questions)")
+    logger.warning("skipping question %r: %s", item.question_id, reason)
     result.skipped.append(item.question_id)
+    if result.record is not None:
+        result.record.record_skip(item.question_id, reason)
 
 
 def _drop_missing_files(items: list[EvalItem], skip_missing: bool, result: RunResult) -> list[EvalItem]:
@@ -530,7 +565,8 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
     parser.add_argument("--skip-missing", "--skip_missing", dest="skip_missing", action="store_true",
                         help="skip and count questions whose image is missing or unreadable instead of stopping")
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
-    parser.add_argument("--overwrite", action="store_true", help="start a new answers file instead of resuming")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new answers file instead of resuming (needed when the model or settings changed)")
     if spec.add_arguments is not None:
         spec.add_arguments(parser)
     return parser
@@ -560,8 +596,29 @@ def run_loader(
         argv: Command-line arguments (``sys.argv[1:]`` when None).
         generator_factory: Replaces model loading (tests reuse one loaded model); gets the parsed args.
     """
-    args = build_parser(spec).parse_args(argv)
+    return run_parsed(spec, build_parser(spec).parse_args(argv), generator_factory=generator_factory)
+
+
+def args_with_defaults(spec: LoaderSpec, args: Any) -> argparse.Namespace:
+    """``args`` (a Namespace or any object with upstream's attribute names) completed with the command line's
+    defaults, so that upstream-style callers that build their own args object work unchanged."""
+    completed = build_parser(spec).parse_args([])
+    for key in vars(completed):
+        value = getattr(args, key, None)
+        if value is not None:
+            setattr(completed, key, value)
+    return completed
+
+
+def run_parsed(
+    spec: LoaderSpec,
+    args: argparse.Namespace,
+    *,
+    generator_factory: Callable[[argparse.Namespace], tuple[LlavaGenerator, str]] | None = None,
+) -> RunResult:
+    """:func:`run_loader` on already parsed arguments."""
     setup_logging()
+    check_outputs({"--question-file": args.question_file}, {"--answers-file": args.answers_file})
     records = get_chunk(load_questions(args.question_file), args.num_chunks, args.chunk_idx)
     items = build_items(spec, records, args)
     model_id = get_model_name_from_path(os.path.expanduser(args.model_path))
@@ -574,7 +631,7 @@ def run_loader(
 
     return run_items(
         items, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,
-        skip_missing=args.skip_missing, overwrite=args.overwrite,
+        skip_missing=args.skip_missing, overwrite=args.overwrite, producer=producer_record(args, model_id),
     )
 
 
@@ -588,6 +645,7 @@ __all__ = [
     "RunResult",
     "answer_key",
     "answer_record",
+    "args_with_defaults",
     "build_parser",
     "default_dtype",
     "get_chunk",
@@ -595,4 +653,6 @@ __all__ = [
     "resolve_device",
     "run_items",
     "run_loader",
+    "run_parsed",
+    "split_list",
 ]

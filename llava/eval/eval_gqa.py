@@ -20,8 +20,8 @@ import logging
 import os
 from typing import Any, Sequence
 
-from llava.eval.files import read_json, write_score
-from llava.utils import setup_logging
+from llava.eval.files import check_outputs, read_json, write_score
+from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    check_outputs({"--questions": args.questions, "--predictions": args.predictions}, {"--output-json": args.output_json})
     setup_logging()
     result = score(
         read_json(args.questions, what="GQA question file"), read_json(args.predictions, what="GQA predictions")
@@ -88,4 +89,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -22,8 +22,8 @@ import re
 import string
 from typing import Any, Sequence
 
-from llava.eval.files import is_missing, read_jsonl, read_tsv, require_keys, write_score
-from llava.utils import setup_logging
+from llava.eval.files import check_outputs, is_missing, read_jsonl, read_tsv, require_keys, write_score
+from llava.utils import cli_main, setup_logging
 
 LETTERS = tuple(string.ascii_uppercase)
 _LEADING_LETTER = re.compile(r"^\(?([A-Z])(?:$|[\.\):：])")
@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    check_outputs({"--annotation-file": args.annotation_file, "--result-file": args.result_file}, {"--output-json": args.output_json})
     setup_logging()
     result = evaluate(args.annotation_file, args.result_file)
     print(f"Questions: {result['questions']} ({result['rounds']} rounds), Accuracy: {result['accuracy']:.2f}%")
@@ -96,4 +97,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -29,8 +29,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from llava.eval.files import read_jsonl, require_keys, write_score
-from llava.utils import setup_logging
+from llava.eval.files import check_outputs, read_jsonl, require_keys, write_score, write_text
+from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -103,11 +103,10 @@ def convert_answers(
         line = "\t".join((qa_file, question, truth[(category, qa_file, question)], prediction))
         per_category.setdefault(category, {}).setdefault(qa_file, []).append(line)
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     written = {}
     for category, by_image in per_category.items():
         lines = [line for image_lines in by_image.values() for line in image_lines]
-        (out / f"{category}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        write_text(out / f"{category}.txt", "".join(line + "\n" for line in lines))
         written[category] = len(lines)
     return written
 
@@ -205,11 +204,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     setup_logging()
     if args.experiment is None and args.results_dir is None:
-        raise SystemExit("give --experiment (convert and score) or --results_dir (score only)")
+        raise UserError("give --experiment (convert and score) or --results_dir (score only)")
     results_dir = args.results_dir
     if args.experiment is not None:
         data_dir = Path(args.data_dir)
         results_dir = results_dir or data_dir / "eval_tool" / "answers" / args.experiment
+        check_outputs({"answers": data_dir / "answers" / f"{args.experiment}.jsonl"}, {"--output-json": args.output_json})
         written = convert_answers(
             data_dir / "answers" / f"{args.experiment}.jsonl", data_dir / BENCHMARK_FOLDER, results_dir
         )
@@ -232,4 +232,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -22,8 +22,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from llava.eval.files import read_jsonl, require_keys, write_score
-from llava.utils import setup_logging
+from llava.eval.files import check_outputs, read_jsonl, require_keys, write_score
+from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    check_outputs({"--question-file": args.question_file, "--result-file": args.result_file}, {"--output-json": args.output_json})
     setup_logging()
     results = evaluate(args.annotation_dir, args.question_file, args.result_file)
     for split, metrics in results.items():
@@ -174,4 +175,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

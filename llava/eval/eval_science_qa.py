@@ -21,8 +21,8 @@ import os
 import re
 from typing import Any, Sequence
 
-from llava.eval.files import read_json, read_jsonl, write_json, write_score
-from llava.utils import setup_logging
+from llava.eval.files import check_outputs, read_json, read_jsonl, write_json, write_score
+from llava.utils import cli_main, setup_logging
 
 DEFAULT_OPTIONS = ["A", "B", "C", "D", "E"]
 FAILED = "FAILED"
@@ -153,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    check_outputs(
+        {"--result-file": args.result_file, "--base-dir problems.json": os.path.join(args.base_dir, "problems.json"),
+         "--base-dir pid_splits.json": os.path.join(args.base_dir, "pid_splits.json")},
+        {"--output-file": args.output_file, "--output-result": args.output_result, "--output-json": args.output_json},
+    )
     setup_logging()
     result = evaluate(args.base_dir, args.result_file, args.split, args.options)
     print(
@@ -172,4 +177,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from llava.eval.files import read_json, read_jsonl, require_keys, write_score
+from llava.eval.files import check_outputs, read_json, read_jsonl, require_keys, write_score
 from llava.eval.m4c_evaluator import TextVQAAccuracyEvaluator
-from llava.utils import setup_logging
+from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     args = build_parser().parse_args(argv)
+    check_outputs({"--annotation-file": args.annotation_file, "--result-file": args.result_file}, {"--output-json": args.output_json})
     setup_logging()
     if args.result_file is None and args.result_dir is None:
-        raise SystemExit("give --result-file, --result-dir, or both")
+        raise UserError("give --result-file, --result-dir, or both")
     record = None
     if args.result_file is not None:
         summary = evaluate(args.annotation_file, args.result_file)
@@ -118,4 +119,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

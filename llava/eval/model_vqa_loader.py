@@ -15,10 +15,20 @@ upstream. Upstream's version prefetches with a DataLoader and requires batch siz
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
-from llava.eval.core import LoaderSpec, RunResult, run_loader
+# get_chunk and split_list are re-exported: upstream callers import them from this module.
+from llava.eval.core import (
+    LoaderSpec,
+    RunResult,
+    args_with_defaults,
+    get_chunk,
+    run_loader,
+    run_parsed,
+    split_list,
+)
 from llava.eval.model_vqa import build_items
+from llava.utils import cli_main
 
 SPEC = LoaderSpec(name="model_vqa_loader", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=128)
 
@@ -27,5 +37,14 @@ def main(argv: Sequence[str] | None = None) -> RunResult:
     return run_loader(SPEC, argv)
 
 
+def eval_model(args: Any) -> RunResult:
+    """Upstream's entry point: run on an args object (a Namespace, or any object with the flags' attribute
+    names); attributes it lacks take the command line's defaults."""
+    return run_parsed(SPEC, args_with_defaults(SPEC, args))
+
+
+__all__ = ["SPEC", "eval_model", "get_chunk", "main", "split_list"]
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -20,8 +20,20 @@ import argparse
 import os
 from typing import Any, Sequence
 
-from llava.eval.core import EvalItem, ImageRef, LoaderSpec, RunResult, run_loader
+# get_chunk and split_list are re-exported: upstream callers import them from this module.
+from llava.eval.core import (
+    EvalItem,
+    ImageRef,
+    LoaderSpec,
+    RunResult,
+    args_with_defaults,
+    get_chunk,
+    run_loader,
+    run_parsed,
+    split_list,
+)
 from llava.eval.files import require_keys
+from llava.utils import cli_main
 
 SINGLE_PRED_PROMPT = "Answer with the option's letter from the given choices directly."
 
@@ -58,5 +70,14 @@ def main(argv: Sequence[str] | None = None) -> RunResult:
     return run_loader(SPEC, argv)
 
 
+def eval_model(args: Any) -> RunResult:
+    """Upstream's entry point: run on an args object (a Namespace, or any object with the flags' attribute
+    names); attributes it lacks take the command line's defaults."""
+    return run_parsed(SPEC, args_with_defaults(SPEC, args))
+
+
+__all__ = ["SPEC", "eval_model", "get_chunk", "main", "split_list"]
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from PIL import Image
 
 from llava.constants import (
     DEFAULT_IM_END_TOKEN,
@@ -23,7 +24,11 @@ from llava.constants import (
 )
 from llava.conversation import conv_templates, resolve_conv_mode
 from llava.mm_utils import get_model_name_from_path, load_image, process_images, tokenizer_image_token
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
+
+
+# Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
+_OPTIONAL_DEFAULTS: dict[str, Any] = {"temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None}
 
 
 def default_device() -> str:
@@ -63,18 +68,36 @@ def generation_kwargs(temperature: float, top_p: float | None, num_beams: int, m
     return kwargs
 
 
-def eval_model(args: argparse.Namespace) -> str:
-    """Load the model, answer ``args.query`` about ``args.image_file``, print and return the answer."""
+def image_parser(args: Any) -> list[str]:
+    """The image paths or URLs of ``args.image_file``, split at ``args.sep`` (default ``,``)."""
+    return [name for name in args.image_file.split(getattr(args, "sep", None) or ",") if name]
+
+
+def load_images(image_files: Sequence[str]) -> list[Image.Image]:
+    """Open every path or URL as an RGB image (see :func:`llava.mm_utils.load_image`)."""
+    return [load_image(name) for name in image_files]
+
+
+def eval_model(args: Any) -> str:
+    """Load the model, answer ``args.query`` about ``args.image_file``, print and return the answer.
+
+    ``args`` is the parsed command line or any object with upstream's attributes (``model_path, model_base,
+    query, conv_mode, image_file, sep, temperature, top_p, num_beams, max_new_tokens``; upstream's README
+    builds one with ``type("Args", (), {...})()``). Missing optional attributes take the command line's
+    defaults; ``device`` (ours) defaults to cuda when available, else cpu.
+    """
     from llava.model.builder import load_pretrained_model
 
+    options = {**_OPTIONAL_DEFAULTS, **{key: getattr(args, key) for key in _OPTIONAL_DEFAULTS if getattr(args, key, None) is not None}}
+    device = options["device"] or default_device()
     # Images first, so a bad file fails before the (slow) model load.
-    images = [load_image(name) for name in args.image_file.split(args.sep) if name]
+    images = load_images(image_parser(args))
     model_name = get_model_name_from_path(args.model_path)
     tokenizer, model, image_processor, _ = load_pretrained_model(
-        args.model_path, args.model_base, model_name, device=args.device
+        args.model_path, getattr(args, "model_base", None), model_name, device=device
     )
 
-    conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
+    conv = conv_templates[resolve_conv_mode(model_name, getattr(args, "conv_mode", None), tokenizer)].copy()
     conv.append_message(conv.roles[0], build_query(args.query, len(images), model.config))
     conv.append_message(conv.roles[1], None)
     prompt = conv.get_prompt()
@@ -91,7 +114,7 @@ def eval_model(args: argparse.Namespace) -> str:
         images=pixels,
         image_sizes=[image.size for image in images],
         pad_token_id=pad_token_id,
-        **generation_kwargs(args.temperature, args.top_p, args.num_beams, args.max_new_tokens),
+        **generation_kwargs(options["temperature"], options["top_p"], options["num_beams"], options["max_new_tokens"]),
     )
     answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()
     print(answer)
@@ -122,4 +145,4 @@ def main(argv: Sequence[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from llava.eval.files import read_json, write_json
-from llava.utils import setup_logging
+from llava.eval.files import atomic_output, check_outputs, read_json, write_json
+from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -206,10 +206,8 @@ def format_table(summary: Summary) -> str:
 
 def write_csv(summary: Summary, path: str | os.PathLike[str]) -> None:
     """Write the rows of :func:`format_table` as CSV (unrounded numbers, empty cells for missing)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
+    with atomic_output(path) as handle:
+        writer = csv.writer(handle, lineterminator="\r\n")
         writer.writerow(["row", *BENCHMARKS, "acc"])
         writer.writerow([summary.name, *(summary.scores.get(key, "") for key in BENCHMARKS), summary.acc if summary.acc is not None else ""])
         if summary.baseline_name is not None:
@@ -235,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> Summary:
     stem = results / "summary" if results.is_dir() else results.with_name(f"{results.stem}_summary")
     json_path = Path(args.output_json) if args.output_json else stem.with_suffix(".json")
     csv_path = Path(args.output_csv) if args.output_csv else stem.with_suffix(".csv")
+    inputs = {"results": args.results if results.is_file() else None, "--baseline": args.baseline if args.baseline and Path(args.baseline).is_file() else None}
+    check_outputs(inputs, {"--output-json": json_path, "--output-csv": csv_path})
     print(format_table(summary))
     write_json(json_path, summary.as_dict())
     write_csv(summary, csv_path)
@@ -243,4 +243,4 @@ def main(argv: Sequence[str] | None = None) -> Summary:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

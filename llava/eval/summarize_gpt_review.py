@@ -4,6 +4,11 @@ Usage (as upstream)::
 
     python -m llava.eval.summarize_gpt_review -f reviews/llava-v1.5-13b.jsonl
     python -m llava.eval.summarize_gpt_review -d reviews/    # every gpt4_text*/review_*/reviews_*.jsonl
+    python -m llava.eval.summarize_gpt_review -d reviews/ -s 13b -v 0613   # only files naming "13b", judged by 0613
+
+``-s/--select A B``: only review files whose name contains every one of the strings. ``-v/--version 0314|0613``:
+only files of that judge version (a name containing "0613" is a 0613 review, any other a 0314 one). In a folder
+whose path contains "review", every ``.jsonl`` file is a review file.
 
 Each review line has ``tuple = [reference score, model score]`` and usually a ``category``. Per category
 (and ``all``) the two scores are averaged (each mean rounded to 3 decimals, as upstream), and the line
@@ -18,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from llava.utils import setup_logging
+from llava.utils import UserError, cli_main, setup_logging
 
 _PREFIXES = ("gpt4_text", "reviews_", "review_")
 
@@ -54,9 +59,23 @@ def summarize_reviews(path: str | os.PathLike[str], ignore: Sequence[int] = ()) 
     return summary
 
 
+def judge_version(config: str) -> str:
+    """The GPT-4 judge version a review file name stands for: ``0613`` if it says so, else ``0314``."""
+    return "0613" if "0613" in config else "0314"
+
+
+def selected(config: str, select: Sequence[str] | None, version: str | None) -> bool:
+    """Whether a review file (``config``: its name without prefix and suffix) passes ``-s`` and ``-v``."""
+    if select and not all(part in config for part in select):
+        return False
+    return version is None or judge_version(config) == version
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-d", "--dir", default=None)
+    parser.add_argument("-v", "--version", default=None, help="judge version to keep: 0314 or 0613")
+    parser.add_argument("-s", "--select", nargs="*", default=None, help="keep files whose name contains all of these")
     parser.add_argument("-f", "--files", nargs="*", default=None)
     parser.add_argument("-i", "--ignore", nargs="*", default=None, help="question ids to leave out")
     return parser
@@ -69,15 +88,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.files:
         files = [Path(name) if args.dir is None else Path(args.dir) / name for name in args.files]
     elif args.dir is not None:
+        every = "review" in args.dir
         files = [
             Path(args.dir) / name for name in os.listdir(args.dir)
-            if name.endswith(".jsonl") and name.startswith(_PREFIXES)
+            if name.endswith(".jsonl") and (every or name.startswith(_PREFIXES))
         ]
     else:
-        raise SystemExit("give review files with -f or a folder with -d")
+        raise UserError("give review files with -f or a folder with -d")
     results = {}
     for path in sorted(files):
         config = path.name.replace("gpt4_text_", "").replace(".jsonl", "")
+        if not selected(config, args.select, args.version):
+            continue
         print(config)
         results[config] = summarize_reviews(path, ignore)
         for category, (relative, reference, model) in results[config].items():
@@ -87,4 +109,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

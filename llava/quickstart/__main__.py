@@ -1,3 +1,5 @@
+from llava.utils import cli_main
+
 from .run import main
 
-main()
+raise SystemExit(cli_main(main))

@@ -7,13 +7,16 @@ the paper's settings, because the models are tiny and start from random weights:
 stage 2 (not 2e-5), several epochs, batch 16.
 
 Output folder layout: ``data/`` (images, training files, questions), ``models/`` (tokenizer, tower, base
-LLM), ``runs/<projector>/{pretrain,finetune,answers.jsonl}``, ``results.json``, ``quickstart.png``.
+LLM), ``runs/<projector>/{pretrain,finetune,answers.jsonl}``, ``results.json``, ``quickstart.png``, and the
+marker file ``.llava-quickstart``. The quickstart writes only into a new or empty folder, or one holding its
+marker (a folder it created): a folder of the user's own, such as ``playground``, is refused untouched.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -33,6 +36,11 @@ from .scenes import DatasetFiles, corpus, write_dataset
 logger = logging.getLogger(__name__)
 
 CONV_MODE = "vicuna_v1"
+
+#: Written into every output folder the quickstart creates; only such a folder's parts are ever replaced.
+MARKER = ".llava-quickstart"
+#: The sub-folders a new run replaces.
+OWNED = ("data", "models", "runs")
 
 
 #: What the quickstart compares by default: upstream's projector and a compressor, named as strings.
@@ -184,15 +192,60 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
     )
 
 
+def validate_config(config: QuickstartConfig) -> None:
+    """Check the settings before anything is written: every projector name resolves, sizes are positive.
+
+    Raises:
+        ValueError: Naming the first bad setting and what is accepted.
+    """
+    from llava.model.multimodal_projector.builder import resolve_projector
+
+    if not config.projectors:
+        raise ValueError("the quickstart needs at least one projector (e.g. --projectors mlp2x_gelu braco_c2s5)")
+    for projector in config.projectors:
+        resolve_projector(projector)
+    for name in ("train_scenes", "test_questions", "turns_per_scene", "batch_size"):
+        value = getattr(config, name)
+        if value < 1:
+            raise ValueError(f"quickstart setting {name} must be at least 1, got {value}")
+
+
+def prepare_out(out: str | Path) -> Path:
+    """Make ``out`` ready for a run without ever deleting what the quickstart did not create.
+
+    A missing or empty folder is created and marked; a folder holding :data:`MARKER` (an earlier quickstart
+    run) has its :data:`OWNED` sub-folders removed; anything else is refused.
+
+    Raises:
+        ValueError: If ``out`` is a file, or a non-empty folder without the marker.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {os.fspath(out)!r} is a file; pass a new or empty folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise ValueError(
+            f"--out {os.fspath(out)!r} is a non-empty folder that was not created by the quickstart (no {MARKER} "
+            "file); pass a new or empty folder so nothing of yours is replaced"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("created by python -m llava.quickstart; its data/, models/ and runs/ are replaced on the next run\n")
+    for owned in OWNED:
+        target = out / owned
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.is_dir():
+            shutil.rmtree(target)
+    return out
+
+
 def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig()) -> list[RunResult]:
     """The whole quickstart into ``out``; prints the table and returns the results.
 
-    ``out/data``, ``out/models`` and ``out/runs`` are replaced if they exist.
+    The settings are checked first; then ``out`` is prepared by :func:`prepare_out` (``out/data``,
+    ``out/models`` and ``out/runs`` are replaced only in a folder an earlier quickstart created).
     """
-    out = Path(out)
-    for owned in ("data", "models", "runs"):
-        shutil.rmtree(out / owned, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    validate_config(config)
+    out = prepare_out(out)
     started = time.perf_counter()
     data = write_dataset(
         out / "data", train_scenes=config.train_scenes, test_questions=config.test_questions,
@@ -239,4 +292,4 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     return run_quickstart(args.out, config)
 
 
-__all__ = ["QuickstartConfig", "REDUCED", "build_models", "main", "run_quickstart"]
+__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "build_models", "main", "prepare_out", "run_quickstart", "validate_config"]

@@ -27,6 +27,7 @@ from llava.constants import DEFAULT_IMAGE_TOKEN
 from llava.conversation import Conversation, conv_templates, default_conversation, template_for_model
 
 from .backends import ChatBackend
+from .demo_examples import demo_examples
 from .flags import image_limits
 from .images import ImageLimits, ImageRejected, open_image_file
 from .protocol import sentence
@@ -261,6 +262,9 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
                         elem_id="textbox",
                     )
                     submit_btn = gr.Button(value="Send", variant="primary", scale=1, min_width=50, elem_id="send")
+                examples = demo_examples()
+                if examples:  # clickable: fills the image box and the question
+                    gr.Examples(examples=examples, inputs=[imagebox, textbox], label="Examples", elem_id="examples")
                 with gr.Row(elem_id="buttons"):
                     regenerate_btn = gr.Button(value="Regenerate", interactive=False, elem_id="regenerate")
                     clear_btn = gr.Button(value="Clear", interactive=False, elem_id="clear")

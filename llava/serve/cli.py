@@ -16,7 +16,7 @@ from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
 from llava.eval.run_llava import default_device, image_marker
 from llava.mm_utils import get_model_name_from_path, load_image, tokenizer_image_token
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 from .generation import prepare_pixels, stream_answer
 from .templates import stop_string
@@ -99,4 +99,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

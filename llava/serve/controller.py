@@ -28,11 +28,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from llava.constants import CONTROLLER_HEART_BEAT_EXPIRATION
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
-from .flags import add_bind_flags, add_flag
+from .flags import add_bind_flags, add_flag, add_request_limit_flags, request_limit
 from .protocol import CHUNK_DELIMITER, NO_WORKER, WORKER_UNREACHABLE, StreamChunk, no_model_message, unreachable_message
-from .webapi import bad_request, read_body
+from .webapi import DEFAULT_MAX_REQUEST_BYTES, bad_request, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -231,13 +231,13 @@ class Controller:
 # ---------------------------------------------------------------------------------------------- HTTP
 
 
-def create_app(controller: Controller) -> FastAPI:
-    """The controller's FastAPI app (upstream's endpoints)."""
+def create_app(controller: Controller, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+    """The controller's FastAPI app (upstream's endpoints); bodies over ``max_request_bytes`` get a 413 answer."""
     app = FastAPI(title="LLaVA controller")
 
     @app.post("/register_worker")
     async def register_worker(request: Request) -> Any:
-        data = await read_body(request, "worker_name")
+        data = await read_body(request, "worker_name", max_bytes=max_request_bytes)
         if isinstance(data, JSONResponse):
             return data
         ok = await run_in_threadpool(
@@ -257,14 +257,14 @@ def create_app(controller: Controller) -> FastAPI:
 
     @app.post("/get_worker_address")
     async def get_worker_address(request: Request) -> Any:
-        data = await read_body(request, "model")
+        data = await read_body(request, "model", max_bytes=max_request_bytes)
         if isinstance(data, JSONResponse):
             return data
         return {"address": controller.get_worker_address(str(data["model"]))}
 
     @app.post("/receive_heart_beat")
     async def receive_heart_beat(request: Request) -> Any:
-        data = await read_body(request, "worker_name")
+        data = await read_body(request, "worker_name", max_bytes=max_request_bytes)
         if isinstance(data, JSONResponse):
             return data
         try:
@@ -275,7 +275,7 @@ def create_app(controller: Controller) -> FastAPI:
 
     @app.post("/worker_generate_stream")
     async def worker_generate_stream(request: Request) -> Any:
-        data = await read_body(request)
+        data = await read_body(request, max_bytes=max_request_bytes)
         if isinstance(data, JSONResponse):
             return data
         return StreamingResponse(controller.generate_stream(data))
@@ -293,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flag(parser, "--dispatch-method", choices=DISPATCH_METHODS, default="shortest_queue")
     add_flag(parser, "--heartbeat-expiration", type=float, default=CONTROLLER_HEART_BEAT_EXPIRATION,
              help="seconds of silence before a worker is dropped")
+    add_request_limit_flags(parser)
     return parser
 
 
@@ -306,10 +307,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     controller = Controller(args.dispatch_method, args.heartbeat_expiration)
     controller.start()
     try:
-        uvicorn.run(create_app(controller), host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(create_app(controller, max_request_bytes=request_limit(args)), host=args.host, port=args.port, log_level="warning")
     finally:
         controller.stop()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -15,7 +15,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 from .flags import add_model_flags, add_page_flags
 
@@ -51,4 +51,4 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

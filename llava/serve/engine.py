@@ -178,6 +178,7 @@ class ModelEngine:
             yield StreamChunk(message, WORKER_ERROR)
 
     def _generate(self, request: GenerateRequest) -> Iterator[StreamChunk]:
+        self.image_limits.check_count(len(request.images))
         markers = request.prompt.count(DEFAULT_IMAGE_TOKEN)
         if request.images and not self.is_multimodal:
             raise ValueError(f"model {self.model_name!r} takes no images, but {len(request.images)} were sent")

@@ -41,10 +41,23 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
 def add_image_limit_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--max-image-megapixels", type=float, default=25.0, help="images with more pixels are refused")
     add_flag(parser, "--max-upload-mb", type=float, default=20.0, help="image files larger than this (MiB) are refused")
+    add_flag(parser, "--max-images", type=int, default=8, help="requests with more images than this are refused")
+
+
+def add_request_limit_flags(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--max-request-mb", type=float, default=32.0,
+             help="request bodies larger than this (MiB) get a 413 answer")
+
+
+def request_limit(args: argparse.Namespace) -> int:
+    """``--max-request-mb`` in bytes."""
+    if not args.max_request_mb > 0:
+        raise ValueError(f"--max-request-mb must be positive, got {args.max_request_mb!r}")
+    return int(args.max_request_mb * 1024 * 1024)
 
 
 def image_limits(args: argparse.Namespace) -> ImageLimits:
-    return ImageLimits.from_megapixels(args.max_image_megapixels, args.max_upload_mb)
+    return ImageLimits.from_megapixels(args.max_image_megapixels, args.max_upload_mb, args.max_images)
 
 
 def add_page_flags(parser: argparse.ArgumentParser) -> None:
@@ -58,4 +71,7 @@ def add_page_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--embed", action="store_true", help="hide the title and notes")
 
 
-__all__ = ["add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "image_limits"]
+__all__ = [
+    "add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "add_request_limit_flags",
+    "image_limits", "request_limit",
+]

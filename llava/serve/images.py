@@ -12,15 +12,17 @@ import base64
 import binascii
 import io
 import os
-import warnings
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
+
+from llava.mm_utils import BOMB_ERRORS, bomb_guard
 
 #: Formats a browser can show and the processors can read; anything else is refused.
 ACCEPTED_FORMATS: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "BMP", "GIF")
 DEFAULT_MAX_PIXELS = 25_000_000
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+DEFAULT_MAX_IMAGES = 8
 
 _ACCEPTED_TEXT = "PNG, JPEG, WebP, BMP or GIF"
 
@@ -36,23 +38,39 @@ class ImageLimits:
     Args:
         max_pixels: Width x height above which an image is refused (default 25 megapixels).
         max_bytes: Encoded file size above which an image is refused (default 20 MiB).
+        max_images: Images one request may carry (default 8).
     """
 
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_bytes: int = DEFAULT_MAX_BYTES
+    max_images: int = DEFAULT_MAX_IMAGES
 
     def __post_init__(self) -> None:
-        for name in ("max_pixels", "max_bytes"):
+        for name in ("max_pixels", "max_bytes", "max_images"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
     @classmethod
-    def from_megapixels(cls, megapixels: float, megabytes: float) -> ImageLimits:
+    def from_megapixels(cls, megapixels: float, megabytes: float, max_images: int = DEFAULT_MAX_IMAGES) -> ImageLimits:
         """Limits given in megapixels (10⁶ pixels) and MiB, as the command-line flags take them."""
         if not megapixels > 0 or not megabytes > 0:
             raise ValueError(f"image limits must be positive, got {megapixels!r} megapixels and {megabytes!r} MiB")
-        return cls(max_pixels=int(megapixels * 1_000_000), max_bytes=int(megabytes * 1024 * 1024))
+        if max_images < 1:
+            raise ValueError(f"--max-images must be at least 1, got {max_images}")
+        return cls(max_pixels=int(megapixels * 1_000_000), max_bytes=int(megabytes * 1024 * 1024), max_images=max_images)
+
+    def check_count(self, count: int) -> None:
+        """Refuse a request with more than ``max_images`` images.
+
+        Raises:
+            ImageRejected: Naming the count and the limit.
+        """
+        if count > self.max_images:
+            raise ImageRejected(
+                f"the request carries {count} images, more than the {self.max_images} this server accepts per "
+                "request; send fewer images"
+            )
 
 
 def _mib(num_bytes: float) -> str:
@@ -76,10 +94,9 @@ def _check_size(num_bytes: int, limits: ImageLimits) -> None:
 def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -> Image.Image:
     """Read the header, check type and pixel count, then decode to RGB."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with bomb_guard():  # the rule every image loader shares (llava.mm_utils)
             image = Image.open(stream)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+    except BOMB_ERRORS:
         raise ImageRejected(
             f"the image has far more pixels than the {_megapixels(limits.max_pixels)} this server accepts; "
             "downscale it and try again"
@@ -99,9 +116,15 @@ def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -
             f"{_megapixels(limits.max_pixels)} this server accepts; downscale it and try again"
         )
     try:
-        image.load()
+        with bomb_guard():
+            image.load()
         return image.convert("RGB")
-    except (OSError, ValueError, SyntaxError):
+    except BOMB_ERRORS:
+        raise ImageRejected(
+            f"the image has far more pixels than the {_megapixels(limits.max_pixels)} this server accepts; "
+            "downscale it and try again"
+        ) from None
+    except (OSError, ValueError, SyntaxError, EOFError):
         raise ImageRejected("the image file is damaged or truncated; upload it again or use another file") from None
 
 

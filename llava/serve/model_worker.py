@@ -34,12 +34,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from llava.constants import WORKER_HEART_BEAT_INTERVAL
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 from .engine import ModelEngine
-from .flags import add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, image_limits
+from .flags import add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, add_request_limit_flags, image_limits, request_limit
 from .protocol import sentence
-from .webapi import bad_request, read_body
+from .webapi import DEFAULT_MAX_REQUEST_BYTES, bad_request, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -160,13 +160,14 @@ class ModelWorker:
         self._stop.set()
 
 
-def create_app(engine: ModelEngine, gate: ConcurrencyGate) -> FastAPI:
-    """The worker's FastAPI app; ``gate`` bounds how many requests use ``engine`` at once."""
+def create_app(engine: ModelEngine, gate: ConcurrencyGate, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+    """The worker's FastAPI app; ``gate`` bounds how many requests use ``engine`` at once, and bodies larger
+    than ``max_request_bytes`` get a 413 answer."""
     app = FastAPI(title=f"LLaVA model worker ({engine.model_name})")
 
     @app.post("/worker_generate_stream")
     async def worker_generate_stream(request: Request) -> Any:
-        params = await read_body(request)
+        params = await read_body(request, max_bytes=max_request_bytes)
         if isinstance(params, JSONResponse):
             return params
 
@@ -187,7 +188,7 @@ def create_app(engine: ModelEngine, gate: ConcurrencyGate) -> FastAPI:
         return engine.status(gate.queue_length)
 
     async def worker_get_compressor_view(request: Request) -> Any:
-        params = await read_body(request, "images")
+        params = await read_body(request, "images", max_bytes=max_request_bytes)
         if isinstance(params, JSONResponse):
             return params
         async with gate:
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flag(parser, "--heartbeat-interval", type=float, default=WORKER_HEART_BEAT_INTERVAL,
              help="seconds between heartbeats to the controller")
     add_image_limit_flags(parser)
+    add_request_limit_flags(parser)
     return parser
 
 
@@ -235,16 +237,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
+    max_request_bytes, limits = request_limit(args), image_limits(args)  # checked before the model loads
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
         device=args.device, use_flash_attn=args.use_flash_attn,
-        image_limits=image_limits(args), stream_interval=args.stream_interval,
+        image_limits=limits, stream_interval=args.stream_interval,
     )
     worker = ModelWorker(
         engine, args.controller_address, args.worker_address or default_worker_address(args.host, args.port),
         limit_model_concurrency=args.limit_model_concurrency, heartbeat_interval=args.heartbeat_interval,
     )
-    app = create_app(engine, worker.gate)
+    app = create_app(engine, worker.gate, max_request_bytes=max_request_bytes)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     if not args.no_register:
         worker.start(ready=lambda: server.started)
@@ -255,4 +258,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -30,7 +30,7 @@ from typing import Any
 from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
 from .llava_trainer import LLaVATrainer
@@ -139,4 +139,4 @@ def main(argv: Sequence[str] | None = None) -> Trainer:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from transformers import Trainer
 
 from llava.train.train import train
-from llava.utils import setup_logging
+from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -34,4 +34,4 @@ def main(argv: Sequence[str] | None = None) -> Trainer:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

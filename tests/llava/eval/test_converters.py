@@ -152,3 +152,15 @@ def test_scripts_are_thin_entry_points(tmp_path: Path, script: str, argv_builder
     subprocess.run([sys.executable, str(REPO / "scripts" / script), *argv_builder(src, tmp_path)], check=True, cwd=tmp_path)
     produced = json.loads((tmp_path / ("gqa.json" if "gqa" in script else "mmvet.json")).read_text())
     assert produced == ([{"questionId": "q1", "prediction": "dog"}] if "gqa" in script else {"v1_q1": "Dog."})
+
+
+def test_summarize_gpt_review_select_and_version(tmp_path: Path) -> None:
+    folder = tmp_path / "reviews"
+    for name, pair in [("m-13b_0613.jsonl", [8, 4]), ("m-13b.jsonl", [8, 6]), ("m-7b_0613.jsonl", [8, 8])]:
+        write_jsonl(folder / name, [{"question_id": 0, "category": "conv", "tuple": pair}])
+    # a folder named *review*: every .jsonl counts; -s keeps names containing every string, -v the judge version
+    assert set(summarize_gpt_review.main(["-d", str(folder)])) == {"m-13b_0613", "m-13b", "m-7b_0613"}
+    assert set(summarize_gpt_review.main(["-d", str(folder), "-s", "13b"])) == {"m-13b_0613", "m-13b"}
+    assert set(summarize_gpt_review.main(["-d", str(folder), "-s", "13b", "-v", "0613"])) == {"m-13b_0613"}
+    only = summarize_gpt_review.main(["-d", str(folder), "-v", "0314"])
+    assert only == {"m-13b": {"all": (75.0, 80.0, 60.0), "conv": (75.0, 80.0, 60.0)}}

@@ -54,3 +54,73 @@ def test_gate_releases_on_errors() -> None:
 def test_gate_limit_is_checked() -> None:
     with pytest.raises(ValueError, match="limit_model_concurrency must be at least 1, got 0"):
         ConcurrencyGate(0)
+
+
+# ------------------------------------------------------------------------------------------------ request limits
+# (issue 14, item 8: a 150 MB body was read whole, and any number of images was accepted)
+
+import base64  # noqa: E402
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from llava.serve import controller as controller_module  # noqa: E402
+from llava.serve.model_worker import build_parser, create_app  # noqa: E402
+from llava.serve.protocol import CHUNK_DELIMITER  # noqa: E402
+
+from .conftest import png_bytes  # noqa: E402
+
+
+def _worker_client(engine, max_request_bytes: int) -> TestClient:
+    return TestClient(create_app(engine, ConcurrencyGate(1), max_request_bytes=max_request_bytes))
+
+
+def test_oversized_body_gets_413_before_it_is_read(braco_engine) -> None:
+    client = _worker_client(braco_engine, max_request_bytes=1024)
+    body = b'{"prompt": "' + b"x" * 5000 + b'"}'
+    answer = client.post("/worker_generate_stream", content=body)
+    assert answer.status_code == 413
+    assert answer.json() == {"error": "the request body is larger than the 1024 bytes this server accepts (--max-request-mb); send smaller or fewer images"}
+
+    # No Content-Length (chunked upload): the streaming read stops at the limit as well.
+    def pieces():
+        for _ in range(10):
+            yield b"y" * 512
+
+    answer = client.post("/worker_get_braco_view", content=pieces())
+    assert answer.status_code == 413 and "larger than" in answer.json()["error"]
+
+
+def test_body_under_the_limit_is_served(braco_engine) -> None:
+    client = _worker_client(braco_engine, max_request_bytes=1024 * 1024)
+    answer = client.post("/worker_generate_stream", json={"prompt": "USER: hi ASSISTANT:", "max_new_tokens": 2, "temperature": 0})
+    chunks = [piece for piece in answer.content.split(CHUNK_DELIMITER) if piece]
+    assert answer.status_code == 200 and chunks
+
+
+def test_too_many_images_are_refused_in_one_sentence(braco_engine) -> None:
+    client = _worker_client(braco_engine, max_request_bytes=32 * 1024 * 1024)
+    image = base64.b64encode(png_bytes((16, 16))).decode()
+    limit = braco_engine.image_limits.max_images
+    count = limit + 1
+    prompt = "USER: " + "<image>\n" * count + "what? ASSISTANT:"
+    answer = client.post("/worker_generate_stream", json={"prompt": prompt, "images": [image] * count})
+    [chunk] = [piece for piece in answer.content.split(CHUNK_DELIMITER) if piece]
+    import json
+
+    message = json.loads(chunk)
+    assert message["error_code"] == 1
+    assert message["text"] == f"The request carries {count} images, more than the {limit} this server accepts per request; send fewer images."
+
+
+def test_limit_flags_have_documented_defaults() -> None:
+    args = build_parser().parse_args(["--model-path", "x"])
+    assert (args.max_request_mb, args.max_images) == (32.0, 8)
+    assert build_parser().parse_args(["--max_images", "2", "--max-request-mb", "1.5"]).max_images == 2
+    assert controller_module.build_parser().parse_args([]).max_request_mb == 32.0
+
+
+def test_controller_caps_bodies_too() -> None:
+    ctrl = controller_module.Controller("shortest_queue", 30.0)
+    client = TestClient(controller_module.create_app(ctrl, max_request_bytes=100))
+    answer = client.post("/register_worker", content=b'{"worker_name": "' + b"w" * 200 + b'"}')
+    assert answer.status_code == 413

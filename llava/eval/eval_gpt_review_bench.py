@@ -1,0 +1,264 @@
+"""LLaVA-Bench (in the wild / COCO): a GPT judge scores the model's answers next to reference answers.
+
+Usage (upstream's flags)::
+
+    export OPENAI_API_KEY=...                              # the judge's key (sent as a Bearer token)
+    export OPENAI_BASE_URL=https://api.openai.com/v1       # optional: any OpenAI-compatible endpoint
+    python -m llava.eval.eval_gpt_review_bench \
+        --question playground/data/eval/llava-bench-in-the-wild/questions.jsonl \
+        --context playground/data/eval/llava-bench-in-the-wild/context.jsonl \
+        --rule llava/eval/table/rule.json \
+        --answer-list playground/data/eval/llava-bench-in-the-wild/answers_gpt4.jsonl \
+                      playground/data/eval/llava-bench-in-the-wild/answers/M.jsonl \
+        --output playground/data/eval/llava-bench-in-the-wild/reviews/M.jsonl
+
+Environment: ``OPENAI_API_KEY`` (required unless the endpoint needs no key), ``OPENAI_BASE_URL`` (default
+``https://api.openai.com/v1``; ``/chat/completions`` is appended), ``LLAVA_JUDGE_MODEL`` (default
+``gpt-4-0314``, upstream's judge; ``--judge-model`` overrides it).
+
+Per question (matched by ``question_id`` in both answer files; the first is the reference, usually GPT-4's
+answers) the judge gets the image's context (its ``caption`` lines), the question, both answers and the
+category's instruction from the rule table (``llava_bench_<category>`` -> ``{"role", "prompt"}``), at
+temperature 0.2. The first line of its reply holds the two scores; a reply without them is recorded as
+``[-1, -1]``. Output lines: ``{"id", "question_id", "answer1_id", "answer2_id", "category", "content",
+"tuple"}``, one per question, appended and flushed as they come, so a rerun resumes with the questions that
+have no review yet. ``OUTPUT.meta.json`` records the judge (endpoint, model, token limit) and a hash of the
+rule table and of both answer files: resuming after any of them changed is refused until ``--overwrite``. Rate limits (HTTP 429), server errors and dropped connections are retried with growing
+pauses (``--max-retries``); other refusals (a bad key, an unknown model) stop at once with one sentence.
+Summarise with ``python -m llava.eval.summarize_gpt_review -f OUTPUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from llava.eval.files import check_outputs, read_json, read_jsonl
+from llava.eval.provenance import Provenance
+from llava.utils import UserError, cli_main, setup_logging
+
+logger = logging.getLogger(__name__)
+
+BASE_URL_ENV, KEY_ENV, MODEL_ENV = "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLAVA_JUDGE_MODEL"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_JUDGE = "gpt-4-0314"
+SYSTEM_MESSAGE = "You are a helpful and precise assistant for checking the quality of the answer."
+TEMPERATURE = 0.2
+RULE_FILE = Path(__file__).with_name("table") / "rule.json"
+# HTTP answers worth another try: rate limits and server-side trouble.
+_RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class JudgeClient:
+    """Calls an OpenAI-compatible ``/chat/completions`` endpoint, retrying transient failures.
+
+    Args:
+        base_url: Endpoint root, e.g. ``https://api.openai.com/v1``.
+        api_key: Bearer token (``None``: no Authorization header).
+        model: Judge model name.
+        max_retries: Extra attempts after a transient failure.
+        pause: First pause between attempts in seconds (doubled each time, at most 60 s).
+        timeout: Seconds to wait for one reply.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, model: str, *, max_retries: int = 6,
+                 pause: float = 1.0, timeout: float = 120.0, sleep: Callable[[float], None] = time.sleep) -> None:
+        if max_retries < 0:
+            raise UserError(f"--max-retries must be at least 0, got {max_retries}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.api_key, self.model = api_key, model
+        self.max_retries, self.pause, self.timeout, self.sleep = max_retries, pause, timeout, sleep
+
+    def _request(self, content: str, max_tokens: int) -> urllib.request.Request:
+        body = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": SYSTEM_MESSAGE}, {"role": "user", "content": content}],
+            "temperature": TEMPERATURE,
+            "max_tokens": max_tokens,
+        }
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+
+    def review(self, content: str, max_tokens: int) -> str:
+        """The judge's reply text.
+
+        Raises:
+            UserError: When the endpoint refuses the request, or still fails after ``max_retries`` retries.
+        """
+        wait = self.pause
+        for attempt in range(self.max_retries + 1):
+            try:
+                with urllib.request.urlopen(self._request(content, max_tokens), timeout=self.timeout) as response:
+                    return _reply_text(json.loads(response.read()), self.url)
+            except urllib.error.HTTPError as error:
+                if error.code not in _RETRYABLE:
+                    detail = error.read()[:300].decode("utf-8", "replace")
+                    raise UserError(f"the judge at {self.url} refused the request: HTTP {error.code} {detail}") from None
+                problem = f"HTTP {error.code}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as error:
+                problem = f"{type(error).__name__}: {getattr(error, 'reason', error)}"
+            if attempt < self.max_retries:
+                logger.warning("judge call failed (%s); retrying in %.1f s", problem, wait)
+                self.sleep(wait)
+                wait = min(wait * 2, 60.0)
+        raise UserError(f"the judge at {self.url} still fails after {self.max_retries} retries ({problem}); run again to resume")
+
+
+def _reply_text(payload: Any, url: str) -> str:
+    try:
+        return str(payload["choices"][0]["message"]["content"])
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"the judge at {url} sent a reply without choices[0].message.content") from None
+
+
+def parse_score(review: str) -> list[float]:
+    """The two scores on the first line of a review (``"8 6"`` or ``"8, 6"``), or ``[-1, -1]``."""
+    first = review.split("\n")[0].replace(",", " ").split()
+    try:
+        if len(first) == 2:
+            return [float(first[0]), float(first[1])]
+    except ValueError:
+        pass
+    logger.warning("no score pair on the first line of the review: %r", review[:200])
+    return [-1, -1]
+
+
+def review_prompt(question: Mapping[str, Any], context: Mapping[str, Any], answers: Sequence[Mapping[str, Any]], rule: Mapping[str, str]) -> str:
+    """The judge's user message: context, question, the two answers, then the category's instruction."""
+    captions = context.get("caption", [])
+    caption = "\n".join(captions) if isinstance(captions, list) else str(captions)
+    role = rule["role"]
+    parts = [f"[Context]\n{caption}", f"[Question]\n{question['text']}"]
+    for number, answer in enumerate(answers, start=1):
+        parts.append(f"[{role} {number}]\n{answer['text']}\n\n[End of {role} {number}]")
+    parts.append(f"[System]\n{rule['prompt']}")
+    return "\n\n".join(parts) + "\n\n"
+
+
+def _by_question(path: str, what: str) -> dict[Any, dict[str, Any]]:
+    return {record["question_id"]: record for record in read_jsonl(path, what=what)}
+
+
+def _done(output: Path) -> set[Any]:
+    """Question ids already reviewed in ``output`` (a half-written last line is dropped)."""
+    if not output.is_file():
+        return set()
+    lines = output.read_bytes().split(b"\n")
+    done, keep = set(), 0
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            done.add(json.loads(raw)["question_id"])
+        except (ValueError, KeyError, TypeError):
+            break  # an interrupted write: keep what came before
+        keep += len(raw) + 1
+    if keep < output.stat().st_size:
+        with output.open("r+b") as handle:
+            handle.truncate(keep)
+    return done
+
+
+def _digest(path: str) -> str:
+    return hashlib.sha256(Path(os.path.expanduser(path)).read_bytes()).hexdigest()[:16]
+
+
+def review_producer(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
+    """What the reviews depend on: the judge and the exact inputs (a re-generated answers file changes them)."""
+    return {
+        "endpoint": client.url, "judge_model": client.model, "max_tokens": args.max_tokens, "rule": _digest(args.rule),
+        "question": _digest(args.question), "reference": _digest(args.answer_list[0]), "answers": _digest(args.answer_list[1]),
+    }
+
+
+def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str, Any]]:
+    """Review every question without a review in ``args.output``; returns the new review records."""
+    if len(args.answer_list) != 2:
+        raise UserError(f"--answer-list takes two answer files (reference, then model), got {len(args.answer_list)}")
+    check_outputs({"--question": args.question, "--context": args.context, "--rule": args.rule,
+                   "--answer-list reference": args.answer_list[0], "--answer-list model": args.answer_list[1]},
+                  {"--output": args.output})
+    questions = read_jsonl(args.question, what="question file")
+    contexts = {record["image"]: record for record in read_jsonl(args.context, what="context file")}
+    rules = read_json(args.rule, what="rule table")
+    reference, model = (_by_question(path, "answers file") for path in args.answer_list)
+    output = Path(os.path.expanduser(args.output))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if args.overwrite and output.exists():
+        output.write_bytes(b"")
+    done = _done(output)
+    record = Provenance(output, review_producer(args, client), output_flag="--output", what="review")
+    if args.overwrite:
+        record.start()
+    else:
+        record.resume(has_answers=bool(done))
+    written = []
+    with output.open("a", encoding="utf-8") as handle:
+        for index, question in enumerate(questions):
+            qid = question["question_id"]
+            if qid in done:
+                continue
+            category = "llava_bench_" + question["category"]
+            if category not in rules:
+                raise UserError(f"question {qid!r}: category {category!r} is not in the rule table {args.rule!r} (it has {sorted(rules)})")
+            if question["image"] not in contexts:
+                raise UserError(f"question {qid!r}: image {question['image']!r} has no entry in the context file {args.context!r}")
+            pair = []
+            for answers, path in ((reference, args.answer_list[0]), (model, args.answer_list[1])):
+                if qid not in answers:
+                    raise UserError(f"question {qid!r} has no answer in {path!r}")
+                pair.append(answers[qid])
+            content = client.review(review_prompt(question, contexts[question["image"]], pair, rules[category]), args.max_tokens)
+            record = {
+                "id": index + 1, "question_id": qid,
+                "answer1_id": pair[0].get("answer_id", qid), "answer2_id": pair[1].get("answer_id", qid),
+                "category": category, "content": content, "tuple": parse_score(content),
+            }
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            written.append(record)
+    logger.info("%d new reviews, %d already in %s", len(written), len(done), output)
+    return written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.eval.eval_gpt_review_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-q", "--question", required=True)
+    parser.add_argument("-c", "--context", required=True)
+    parser.add_argument("-a", "--answer-list", nargs="+", default=[])
+    parser.add_argument("-r", "--rule", default=str(RULE_FILE), help="rule table (default: the one shipped with llava)")
+    parser.add_argument("-o", "--output", required=True)
+    parser.add_argument("--max-tokens", type=int, default=1024, help="longest review the judge may write")
+    parser.add_argument("--judge-model", default=None, help=f"default: ${MODEL_ENV} or {DEFAULT_JUDGE}")
+    parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
+    parser.add_argument("--overwrite", action="store_true", help="review everything again instead of resuming")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    args = build_parser().parse_args(argv)
+    setup_logging()
+    base_url = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    api_key = os.environ.get(KEY_ENV) or None
+    if api_key is None and base_url == DEFAULT_BASE_URL:
+        raise UserError(f"set {KEY_ENV} to the judge's API key (and {BASE_URL_ENV} for another OpenAI-compatible endpoint)")
+    model = args.judge_model or os.environ.get(MODEL_ENV) or DEFAULT_JUDGE
+    return run_reviews(args, JudgeClient(base_url, api_key, model, max_retries=args.max_retries))
+
+
+__all__ = ["JudgeClient", "build_parser", "main", "parse_score", "review_prompt", "run_reviews"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli_main(main))

@@ -1,0 +1,66 @@
+"""The quickstart's output folder: arguments are checked before anything is touched, and only folders the
+quickstart created itself are ever replaced (issue 14, item 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llava.quickstart.run import MARKER, QuickstartConfig, main, prepare_out, run_quickstart
+
+
+def _user_folder(root: Path) -> Path:
+    """A folder laid out like upstream's ``playground`` with the user's own data in it."""
+    for name in ("data", "models", "runs"):
+        (root / name).mkdir(parents=True)
+        (root / name / "keep.txt").write_text(name)
+    return root
+
+
+def test_bad_projector_touches_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = _user_folder(tmp_path / "playground")
+    with pytest.raises(ValueError, match="unknown mm_projector_type 'not_a_projector'"):
+        run_quickstart(out, QuickstartConfig(projectors=("not_a_projector",)))
+    assert sorted(p.read_text() for p in out.glob("*/keep.txt")) == ["data", "models", "runs"]
+
+
+def test_foreign_non_empty_folder_is_refused(tmp_path: Path) -> None:
+    out = _user_folder(tmp_path / "playground")
+    with pytest.raises(ValueError, match="was not created by the quickstart"):
+        prepare_out(out)
+    assert sorted(p.read_text() for p in out.glob("*/keep.txt")) == ["data", "models", "runs"]
+
+
+def test_own_folder_is_reused_and_only_its_parts_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "qs"
+    prepare_out(out)  # fresh: created and marked
+    assert (out / MARKER).is_file()
+    (out / "data").mkdir()
+    (out / "data" / "old.txt").write_text("old run")
+    (out / "notes.txt").write_text("user notes")  # not one of the quickstart's folders
+    prepare_out(out)
+    assert not (out / "data").exists()
+    assert (out / "notes.txt").read_text() == "user notes"
+
+
+def test_empty_existing_folder_is_adopted(tmp_path: Path) -> None:
+    out = tmp_path / "empty"
+    out.mkdir()
+    prepare_out(out)
+    assert (out / MARKER).is_file()
+
+
+def test_out_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        prepare_out(target)
+    assert target.read_text() == "x"
+
+
+def test_command_line_refuses_in_one_sentence(tmp_path: Path) -> None:
+    out = _user_folder(tmp_path / "playground")
+    with pytest.raises(ValueError, match="was not created by the quickstart"):
+        main(["--out", str(out), "--reduced"])
+    assert (out / "data" / "keep.txt").read_text() == "data"
