@@ -7,6 +7,8 @@ named logger that also writes to a daily-rotated file under ``LOGDIR``.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import logging.handlers
 import os
@@ -173,23 +175,39 @@ class UserError(ValueError):
 #: Set to 1 to see the full traceback of an expected user error too.
 TRACEBACK_ENV = "LLAVA_TRACEBACK"
 
-# Packages whose own ValueErrors are deliberate one-sentence messages (the project's rule for bad input).
-_OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / name) + os.sep for name in ("llava", "braco_patch", "scripts"))
+#: Entry-point groups through which plugins (compressors, towers) register into llava.
+PLUGIN_ENTRY_POINT_GROUPS = ("llava.projectors", "llava.vision_towers")
+
+
+@functools.lru_cache(maxsize=1)
+def _own_package_dirs() -> tuple[str, ...]:
+    """Folders whose ValueErrors are deliberate one-sentence messages (the project's rule for bad input):
+    ``llava/``, the repository's ``scripts/`` and the top-level package of every installed llava plugin."""
+    from importlib.metadata import entry_points
+
+    root = Path(__file__).resolve().parents[1]
+    dirs = [root / "llava", root / "scripts"]
+    for group in PLUGIN_ENTRY_POINT_GROUPS:
+        for entry in entry_points(group=group):
+            spec = importlib.util.find_spec(entry.value.split(":")[0].split(".")[0])
+            if spec is not None and spec.submodule_search_locations:
+                dirs.extend(Path(location) for location in spec.submodule_search_locations)
+    return tuple(str(path.resolve()) + os.sep for path in dirs)
 
 
 def is_user_error(error: BaseException) -> bool:
     """Whether ``error`` is an expected user error rather than a bug.
 
     A :class:`UserError` and a ``FileNotFoundError`` always are; any other ``ValueError`` is when this
-    project raised it (the innermost frame of its traceback is in ``llava/``, ``braco_patch/`` or
-    ``scripts/``), since a ValueError escaping a library is not a message written for the user.
+    project or one of its plugins raised it (the innermost frame of its traceback is in ``llava/``,
+    ``scripts/`` or an installed plugin's package), since a ValueError escaping a library is not a message written for the user.
     """
     if isinstance(error, (UserError, FileNotFoundError)):
         return True
     if not isinstance(error, ValueError):
         return False
     frames = traceback.extract_tb(error.__traceback__)
-    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(_OWN_PACKAGES)
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(_own_package_dirs())
 
 
 def cli_main(main: Callable[..., Any], argv: Any = None) -> int:

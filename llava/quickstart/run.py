@@ -201,7 +201,7 @@ def validate_config(config: QuickstartConfig) -> None:
     from llava.model.multimodal_projector.builder import resolve_projector
 
     if not config.projectors:
-        raise ValueError("the quickstart needs at least one projector (e.g. --projectors mlp2x_gelu braco_c2s5)")
+        raise ValueError(f"the quickstart needs at least one projector (e.g. --projectors {' '.join(DEFAULT_PROJECTORS)})")
     for projector in config.projectors:
         resolve_projector(projector)
     for name in ("train_scenes", "test_questions", "turns_per_scene", "batch_size"):
