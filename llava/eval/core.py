@@ -364,8 +364,13 @@ class LlavaGenerator:
         return [text.strip() for text in self.tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
 
 
-def load_generator(model_path: str, model_base: str | None, conv_mode: str, device: str | None = None) -> tuple[LlavaGenerator, str]:
+def load_generator(
+    model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None
+) -> tuple[LlavaGenerator, str]:
     """Load a checkpoint with ``load_pretrained_model`` on ``device`` and wrap it.
+
+    ``projector_settings`` (``--projector-setting KEY=VALUE``) change runtime settings of the projector's
+    compressor plugin after loading (e.g. a nested-query compressor's token count), checked by the plugin.
 
     Returns:
         ``(generator, model name)``.
@@ -382,6 +387,10 @@ def load_generator(model_path: str, model_base: str | None, conv_mode: str, devi
         tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device)
     finally:
         enable_torch_init()
+    if projector_settings:
+        from llava.model.multimodal_projector.plugins import apply_runtime_settings
+
+        apply_runtime_settings(model, projector_settings)
     if model.dtype != dtype:
         model.to(dtype=dtype)
     model.eval()
@@ -531,9 +540,20 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
                         help="skip and count questions whose image is missing or unreadable instead of stopping")
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--overwrite", action="store_true", help="start a new answers file instead of resuming")
+    parser.add_argument("--projector-setting", "--projector_setting", dest="projector_settings", action="append",
+                        type=_key_value, default=[], metavar="KEY=VALUE",
+                        help="change a runtime setting of the projector's compressor after loading (repeatable)")
     if spec.add_arguments is not None:
         spec.add_arguments(parser)
     return parser
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` → ``(KEY, VALUE)`` for ``--projector-setting``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. a runtime setting of the projector), got {text!r}")
+    return key.strip(), value.strip()
 
 
 def build_items(spec: LoaderSpec, records: Sequence[dict[str, Any]], args: argparse.Namespace) -> list[EvalItem]:
@@ -570,7 +590,7 @@ def run_loader(
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:
             return generator_factory(args)
-        return load_generator(args.model_path, args.model_base, args.conv_mode, args.device)
+        return load_generator(args.model_path, args.model_base, args.conv_mode, args.device, dict(args.projector_settings))
 
     return run_items(
         items, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,

@@ -213,7 +213,7 @@ def compute_view(model: Any, image_processor: Any, image: Image.Image) -> Compre
         features = features.to(device=weight.device, dtype=weight.dtype)
     inputs = ViewInputs(
         image=_to_rgb(pixels, image_processor), features=features, grid=_grid(model.get_vision_tower()),
-        tokens_sent=int(model.encode_images(pixels).shape[1]), model=model,
+        tokens_sent=int(model.encode_images(pixels)[0].shape[0]), model=model,
     )
     return view(projector, inputs)
 
