@@ -26,7 +26,7 @@ from llava.constants import IMAGE_TOKEN_INDEX
 from llava.eval import core, model_vqa_loader
 from llava.mm_utils import process_images
 from llava.model.builder import load_pretrained_model
-from llava.model.multimodal_projector.plugins import apply_runtime_settings
+from llava.model.multimodal_projector.plugins import RunInfo, apply_runtime_settings, plugin_for
 from llava.serve.engine import ModelEngine
 from tests.llava.train.conftest import stage1_flags, stage2_flags, train_data  # noqa: F401 (train_data: fixture)
 
@@ -132,9 +132,12 @@ def test_trains_both_stages_saves_and_reloads_without_flags(name, baseline_runs,
 
 def test_training_writes_each_methods_resolved_keys(baseline_runs):
     keys = {name: json.loads((baseline_runs(name)[1] / "config.json").read_text()) for name in ("mqt_k4", "quecc_k4", "tokenpacker_k9")}
-    assert (keys["mqt_k4"]["mm_mqt_num_queries"], keys["mqt_k4"]["mm_mqt_nested"]) == (16, True)  # stage 2: nested
-    stage1 = json.loads((baseline_runs("mqt_k4")[0] / "config.json").read_text())
-    assert stage1["mm_mqt_nested"] is False  # the release's stage 1 trains all queries
+    assert (keys["mqt_k4"]["mm_mqt_num_queries"], keys["mqt_k4"]["mm_mqt_keys"]) == (16, "position")
+    # The release: stage 1 trains all queries, stage 2 random nested prefixes (a run default of the plugin; it
+    # only matters while training, so train.py does not keep it in config.json).
+    mqt = plugin_for("mqt_k4")
+    assert [mqt.run_defaults(RunInfo(stage, 2, "mqt_k4")) for stage in ("pretrain", "finetune")] == [
+        {"mm_mqt_nested": False}, {"mm_mqt_nested": True}]
     # The 2-layer test tower: the releases' relative depths 12/16/22/23 of 24 give hidden states 1, 1, 2, 2.
     assert keys["quecc_k4"]["mm_quecc_layers"] == keys["tokenpacker_k9"]["mm_tokenpacker_layers"] == "1,1,2,2"
 
