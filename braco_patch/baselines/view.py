@@ -43,11 +43,12 @@ def _view(inputs: ViewInputs, pictures: list[Any], help_text: str, breakdown: st
 
 
 def prumerge_view(projector: Any, inputs: ViewInputs) -> CompressorView:
-    """Kept positions of PruMerge(+) (``details["kept"]``, row-major, in output order)."""
+    """Kept positions of PruMerge(+) (``details["kept"]``, row-major, in output order), from the tower's
+    attention for ``inputs.pixels``."""
     module = projector.compressor
     model = inputs.model
     tower = model.get_vision_tower()
-    out = tower.encode(_pixels(inputs, model), attention_layer=int(getattr(model.config, "mm_vision_select_layer", -2)))
+    out = tower.encode(inputs.pixels, attention_layer=int(getattr(model.config, "mm_vision_select_layer", -2)))
     scores = importance_scores(out.attention.float(), out.features.shape[1])
     kept = module.select(scores)
     kept = kept[0].tolist()  # one image; adaptive mode gives a list, fixed-K a [1, M] tensor
@@ -64,6 +65,8 @@ def divprune_view(projector: Any, inputs: ViewInputs) -> CompressorView:
     with torch.no_grad():
         projected = projector[:-1](inputs.features)
         kept = selector.select(projected)[0].tolist()
+    if projected.shape[1] == inputs.tokens_uncompressed + 1:  # cls_patch features: position 0 is the CLS token
+        kept = [index - 1 for index in kept if index > 0]
     picture = kept_positions_picture(f"kept {len(kept)} of {inputs.tokens_uncompressed}", inputs.image, inputs.grid, kept)
     help_text = "Bright patches are the projected tokens DivPrune keeps: each next one is the farthest (cosine) from those already kept."
     return _view(inputs, [picture], help_text, kept=kept)
@@ -120,15 +123,6 @@ def fouriervlm_view(projector: Any, inputs: ViewInputs) -> CompressorView:
                  f"grid: the coarse layout Fourier-VLM's {cutoff * cutoff} tokens carry (the tokens themselves are the same "
                  "low-pass of the tower features, sampled on a C×C grid).")
     return _view(inputs, [Picture(f"{cutoff}×{cutoff} DCT low-pass", low)], help_text, f"{cutoff}×{cutoff} low-pass grid", cutoff=cutoff)
-
-
-def _pixels(inputs: ViewInputs, model: Any) -> torch.Tensor:
-    """The model input again, from the view's RGB image (undoing the de-normalisation of :mod:`llava.serve.panels`)."""
-    processor = model.get_vision_tower().image_processor
-    mean = torch.tensor(processor.image_mean, dtype=torch.float64).view(3, 1, 1)
-    std = torch.tensor(processor.image_std, dtype=torch.float64).view(3, 1, 1)
-    rgb = torch.from_numpy(np.ascontiguousarray(inputs.image)).permute(2, 0, 1)
-    return ((rgb - mean) / std).unsqueeze(0).to(device=model.device, dtype=model.dtype)
 
 
 VIEWS = {

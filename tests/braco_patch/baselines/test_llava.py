@@ -28,6 +28,8 @@ from llava.mm_utils import process_images
 from llava.model.builder import load_pretrained_model
 from llava.model.multimodal_projector.plugins import RunInfo, apply_runtime_settings, plugin_for
 from llava.serve.engine import ModelEngine
+from llava.serve.panels import compute_view
+from braco_patch.view import lowpass_view
 from tests.llava.train.conftest import stage1_flags, stage2_flags, train_data  # noqa: F401 (train_data: fixture)
 
 #: Trained projector types (budgets that fit the 6x6 test grid) and their extra training flags.
@@ -360,7 +362,7 @@ def _png(path: Path) -> str:
 
 
 @pytest.mark.parametrize("name", list(TRAINED))
-def test_serves_in_the_demo_with_its_panel(name, loaded_baselines, tiny_image_file):
+def test_serves_in_the_demo_with_its_panel(name, loaded_baselines, tiny_image_file, tiny_tower_dir):
     tokenizer, model, processor, context = loaded_baselines(name)
     engine = ModelEngine(tokenizer, model, processor, context, name)
     assert engine.has_compressor_view and engine.visual_tokens == BUDGET[name]
@@ -369,8 +371,19 @@ def test_serves_in_the_demo_with_its_panel(name, loaded_baselines, tiny_image_fi
     assert Image.open(io.BytesIO(base64.b64decode(payload["png"]))).size[0] > 0
     pixels = _pixels(model, processor, Image.open(tiny_image_file).convert("RGB"))
     projector = model.get_model().mm_projector
+    view = compute_view(model, processor, Image.open(tiny_image_file).convert("RGB"))
     if name.startswith("prumerge"):
-        assert len(payload["kept"]) == BUDGET[name] - 1 and len(set(payload["kept"])) == BUDGET[name] - 1
+        # Independent: the eager CLIP forward's layer-1 attention (select layer -2 of 2), CLS row, heads averaged.
+        with torch.no_grad():
+            attention = _eager_tower(tiny_tower_dir, "clip")(pixels, output_attentions=True).attentions[0]
+        row = attention[0, :, 0, 1:].mean(0).numpy()
+        assert sorted(payload["kept"]) == sorted(np.argsort(-row)[: BUDGET[name] - 1].tolist())
+    elif name.startswith("fouriervlm"):
+        np.testing.assert_allclose(view.pictures[1].image, lowpass_view(view.pictures[0].image, (6, 6), 3), rtol=0, atol=1e-12)
+    elif name.startswith("mqt"):
+        maps = view.arrays["attention"]
+        assert maps.shape == (4, 6, 6)
+        np.testing.assert_allclose(maps.reshape(4, -1).sum(axis=1), np.ones(4), atol=1e-5)
     elif name.startswith("divprune"):
         with torch.no_grad():
             projected = projector[:-1](model.get_vision_tower()(pixels))
@@ -382,3 +395,51 @@ def test_serves_in_the_demo_with_its_panel(name, loaded_baselines, tiny_image_fi
     chunks = list(engine.generate_stream({"prompt": "USER: <image>\nWhat is it? ASSISTANT:", "images": [_png(tiny_image_file)],
                                           "temperature": 0, "max_new_tokens": 3}))
     assert chunks and all(chunk.error_code == 0 for chunk in chunks)
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+@pytest.fixture(scope="module")
+def clip_24_dir(tmp_path_factory) -> Path:
+    """A CLIP tower with the paper's 24x24 grid (48 px, patch 2) and 24 layers' worth of nothing else: config only matters."""
+    from llava.model.tiny import build_tiny_clip_tower
+
+    return build_tiny_clip_tower(tmp_path_factory.mktemp("clip24") / "clip", image_size=48, patch_size=2, hidden=8, heads=1)
+
+
+REFUSALS = {
+    "tokenpacker_k25": "TokenPacker cannot give 25 tokens on a 24x24 grid: it needs a (side/s)² grid of s x s regions with s "
+                       "dividing 24; accepted budgets: [1, 4, 9, 16, 36, 64, 144, 576]",
+    "quecc_k25": "QueCC cannot give 25 tokens on a 24x24 grid: it needs a (side/s)² grid of s x s regions with s dividing 24; "
+                 "accepted budgets: [1, 4, 9, 16, 36, 64, 144, 576]",
+    "fouriervlm_k10": "mm_projector_type 'fouriervlm_k10': Fourier-VLM keeps a CxC block of frequencies, so K must be a "
+                      "perfect square (4, 9, 16, 25, ...), got 10",
+    "divprune_k600": "mm_projector_type 'divprune_k600' keeps 600 tokens but the 24x24 grid has 576 patches; accepted budgets: 1..576",
+    "prumerge_k1": "mm_projector_type 'prumerge_k1' keeps 1 token(s), but PruMerge with its extra token needs at least 2",
+    "mqt_k300": "mm_projector_type 'mqt_k300' asks for 300 tokens but has 256 queries; accepted: 1..256 (or raise mm_mqt_num_queries)",
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_impossible_budgets_are_one_sentence_at_build_time(name, clip_24_dir):
+    from types import SimpleNamespace
+
+    from llava.model.multimodal_projector.builder import build_vision_projector
+
+    config = SimpleNamespace(mm_projector_type=name, mm_hidden_size=8, hidden_size=16, mm_vision_tower=str(clip_24_dir))
+    with pytest.raises(ValueError) as err:
+        build_vision_projector(config)
+    assert str(err.value) == REFUSALS[name]
+
+
+@pytest.mark.parametrize("name", ["prumerge_k4", "mqt_k4", "quecc_k4", "tokenpacker_k4", "fouriervlm_k4"])
+def test_grid_methods_refuse_cls_patch_features(name, clip_24_dir):
+    from types import SimpleNamespace
+
+    from llava.model.multimodal_projector.builder import build_vision_projector
+
+    config = SimpleNamespace(mm_projector_type=name, mm_hidden_size=8, hidden_size=16, mm_vision_tower=str(clip_24_dir),
+                             mm_vision_select_feature="cls_patch")
+    with pytest.raises(ValueError, match=rf"^mm_projector_type '{name}' compresses the patch grid, so mm_vision_select_feature must be 'patch', got 'cls_patch'$"):
+        build_vision_projector(config)
