@@ -250,6 +250,16 @@ def test_training_free_types_load_an_mlp2x_gelu_checkpoint(name, tiny_llava_chec
     assert len(texts["1"]) == 4 and texts["1"] == texts["4"]
 
 
+def test_training_free_type_loads_an_mlp2x_gelu_stage1_output(tiny_projector_checkpoint, tiny_base_llm, tmp_path):
+    source = tiny_projector_checkpoint("mlp2x_gelu")
+    target = _retarget(source, tmp_path / "llava-tiny-pretrain-divprune", "divprune_k4")
+    _, model, _, _ = load_pretrained_model(str(target), str(tiny_base_llm), target.name, device="cpu")
+    weights = torch.load(source / "mm_projector.bin", weights_only=True)
+    assert torch.equal(model.get_model().mm_projector[2].weight, weights["model.mm_projector.2.weight"])
+    with torch.no_grad():
+        assert model.encode_images(torch.zeros(2, 3, 48, 48)).shape == (2, 4, model.config.hidden_size)
+
+
 def test_fouriervlm_tokens_equal_a_float64_dct_lowpass(tiny_llava_checkpoint, tmp_path, tiny_image_file):
     """encode_images == MLP(IDCT_C(crop_C(DCT_6(features)))) written out with explicit cosine sums in float64."""
     target = _retarget(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-tiny-fv", "fouriervlm_k9")
