@@ -80,9 +80,15 @@ def tower_geometry(config: Any, projector_type: str) -> tuple[int, tuple[int, in
             "mm_vision_tower; set it to the tower's directory or hub name"
         )
     tower = _tower_config(os.fspath(name))
-    pair = lambda value: (int(value[0]), int(value[1])) if isinstance(value, (list, tuple)) else (int(value), int(value))  # noqa: E731
-    (height, width), (ph, pw) = pair(tower.image_size), pair(tower.patch_size)
+    (height, width), (ph, pw) = _pair(tower.image_size), _pair(tower.patch_size)
     return int(tower.num_hidden_layers), (height // ph, width // pw)
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    """``(rows, cols)`` from an int or a 2-sequence (tower configs allow either)."""
+    if isinstance(value, (list, tuple)):
+        return int(value[0]), int(value[1])
+    return int(value), int(value)
 
 
 def _check_patch_features(config: Any, projector_type: str) -> None:
@@ -252,11 +258,11 @@ def _prumerge(config: Any, match: re.Match[str]) -> nn.Module:
     neighbours = int(_resolve(config, "mm_prumerge_neighbours", 32))
     extra = bool(_resolve(config, "mm_prumerge_extra_token", True))
     if budget is not None:
-        _, grid = tower_geometry(config, name) if getattr(config, "mm_vision_tower", None) else (0, (0, 0))
-        if grid[0]:
-            _check_selection_budget(budget, grid, name, grid[0] * grid[1] + int(extra))
         if budget - int(extra) < 1:
             raise ValueError(f"mm_projector_type {name!r} keeps {budget} token(s), but PruMerge with its extra token needs at least 2")
+        if getattr(config, "mm_vision_tower", None):  # without a tower (a bare config) the forward pass checks K
+            _, grid = tower_geometry(config, name)
+            _check_selection_budget(budget, grid, name, grid[0] * grid[1] + int(extra))
     module = PruMerge(int(config.mm_hidden_size), budget, plus=plus, neighbours=neighbours, extra_token=extra)
     return CompressThenProject(module, int(config.mm_hidden_size), int(config.hidden_size), method="attention")
 

@@ -543,9 +543,30 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
     parser.add_argument("--projector-setting", "--projector_setting", dest="projector_settings", action="append",
                         type=_key_value, default=[], metavar="KEY=VALUE",
                         help="change a runtime setting of the projector's compressor after loading (repeatable)")
+    for key, description in _runtime_flags():
+        parser.add_argument(f"--{key}", dest=key, type=str, default=None, metavar="VALUE", help=description)
     if spec.add_arguments is not None:
         spec.add_arguments(parser)
     return parser
+
+
+def _runtime_flags() -> list[tuple[str, str]]:
+    """``(key, help)`` of every registered plugin's runtime settings: each is also a loader flag ``--key``."""
+    from llava.model.multimodal_projector.plugins import plugin_settings
+
+    return [
+        (setting.key, f"[{plugin.name}] {setting.description} (applied to the loaded model, as --projector-setting)")
+        for plugin, setting in plugin_settings() if setting.runtime
+    ]
+
+
+def projector_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The runtime settings a loader run asks for: ``--projector-setting`` pairs, then the ``--<key>`` flags."""
+    settings = dict(getattr(args, "projector_settings", None) or [])
+    for key, _ in _runtime_flags():
+        if getattr(args, key, None) is not None:
+            settings[key] = getattr(args, key)
+    return settings
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -590,7 +611,7 @@ def run_loader(
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:
             return generator_factory(args)
-        return load_generator(args.model_path, args.model_base, args.conv_mode, args.device, dict(args.projector_settings))
+        return load_generator(args.model_path, args.model_base, args.conv_mode, args.device, projector_settings(args))
 
     return run_items(
         items, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,
@@ -612,6 +633,7 @@ __all__ = [
     "default_dtype",
     "get_chunk",
     "load_generator",
+    "projector_settings",
     "resolve_device",
     "run_items",
     "run_loader",

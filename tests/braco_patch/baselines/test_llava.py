@@ -198,8 +198,13 @@ def test_mqt_token_count_changes_at_inference(baseline_runs, loaded_baselines, t
     torch.testing.assert_close(four, sixteen[:, :4], rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="MQT-LLaVA can return 1 to 16 tokens"):
         apply_runtime_settings(model, {"mm_mqt_num_tokens": 17})
-    # The eval flag: --projector-setting on a fresh load.
-    generator, _ = core.load_generator(str(baseline_runs("mqt_k4")[1]), None, "vicuna_v1", "cpu", {"mm_mqt_num_tokens": "9"})
+    # The eval flags (--mm_mqt_num_tokens, the original's --num_visual_tokens, or --projector-setting) on a fresh load.
+    parser = core.build_parser(model_vqa_loader.SPEC)
+    assert "--mm_mqt_num_tokens" in parser.format_help()
+    for flags in (["--mm_mqt_num_tokens", "9"], ["--projector-setting", "mm_mqt_num_tokens=9"]):
+        settings = core.projector_settings(parser.parse_args(flags))
+        assert settings == {"mm_mqt_num_tokens": "9"}
+    generator, _ = core.load_generator(str(baseline_runs("mqt_k4")[1]), None, "vicuna_v1", "cpu", settings)
     with torch.no_grad():
         assert generator.model.encode_images(pixels).shape[1] == 9
 
