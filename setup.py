@@ -40,7 +40,7 @@ setup(
         "dev": ["pytest>=8", "scikit-image>=0.22", "playwright>=1.40", *TRAIN, *SERVE, *EVAL],
     },
     entry_points={
-        "llava.projectors": ["braco = braco_patch.llava_plugin"],
+        "llava.projectors": ["braco = braco_patch.llava_plugin", "baselines = braco_patch.baselines.llava_plugin"],
         "console_scripts": ["braco = braco_patch.cli:main"],
     },
 )

@@ -374,8 +374,13 @@ class LlavaGenerator:
         return [text.strip() for text in self.tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
 
 
-def load_generator(model_path: str, model_base: str | None, conv_mode: str, device: str | None = None) -> tuple[LlavaGenerator, str]:
+def load_generator(
+    model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None
+) -> tuple[LlavaGenerator, str]:
     """Load a checkpoint with ``load_pretrained_model`` on ``device`` and wrap it.
+
+    ``projector_settings`` (``--projector-setting KEY=VALUE``) change runtime settings of the projector's
+    compressor plugin after loading (e.g. a nested-query compressor's token count), checked by the plugin.
 
     Returns:
         ``(generator, model name)``.
@@ -392,6 +397,10 @@ def load_generator(model_path: str, model_base: str | None, conv_mode: str, devi
         tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device)
     finally:
         enable_torch_init()
+    if projector_settings:
+        from llava.model.multimodal_projector.plugins import apply_runtime_settings
+
+        apply_runtime_settings(model, projector_settings)
     if model.dtype != dtype:
         model.to(dtype=dtype)
     model.eval()
@@ -567,9 +576,41 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--overwrite", action="store_true",
                         help="start a new answers file instead of resuming (needed when the model or settings changed)")
+    parser.add_argument("--projector-setting", "--projector_setting", dest="projector_settings", action="append",
+                        type=_key_value, default=[], metavar="KEY=VALUE",
+                        help="change a runtime setting of the projector's compressor after loading (repeatable)")
+    for key, description in _runtime_flags():
+        parser.add_argument(f"--{key}", dest=key, type=str, default=None, metavar="VALUE", help=description)
     if spec.add_arguments is not None:
         spec.add_arguments(parser)
     return parser
+
+
+def _runtime_flags() -> list[tuple[str, str]]:
+    """``(key, help)`` of every registered plugin's runtime settings: each is also a loader flag ``--key``."""
+    from llava.model.multimodal_projector.plugins import plugin_settings
+
+    return [
+        (setting.key, f"[{plugin.name}] {setting.description} (applied to the loaded model, as --projector-setting)")
+        for plugin, setting in plugin_settings() if setting.runtime
+    ]
+
+
+def projector_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The runtime settings a loader run asks for: ``--projector-setting`` pairs, then the ``--<key>`` flags."""
+    settings = dict(getattr(args, "projector_settings", None) or [])
+    for key, _ in _runtime_flags():
+        if getattr(args, key, None) is not None:
+            settings[key] = getattr(args, key)
+    return settings
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` → ``(KEY, VALUE)`` for ``--projector-setting``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. a runtime setting of the projector), got {text!r}")
+    return key.strip(), value.strip()
 
 
 def build_items(spec: LoaderSpec, records: Sequence[dict[str, Any]], args: argparse.Namespace) -> list[EvalItem]:
@@ -627,7 +668,7 @@ def run_parsed(
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:
             return generator_factory(args)
-        return load_generator(args.model_path, args.model_base, args.conv_mode, args.device)
+        return load_generator(args.model_path, args.model_base, args.conv_mode, args.device, projector_settings(args))
 
     return run_items(
         items, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,
@@ -650,6 +691,7 @@ __all__ = [
     "default_dtype",
     "get_chunk",
     "load_generator",
+    "projector_settings",
     "resolve_device",
     "run_items",
     "run_loader",

@@ -301,7 +301,8 @@ class LlavaMetaForCausalLM(ABC):
 
         Returns:
             ``[N, K, hidden_size]``; K is the projector's output count (576 for mlp2x_gelu on CLIP-L/336, the
-            budget of a compressor).
+            budget of a compressor); or a list of N ``[K_i, hidden_size]`` for a projector whose count depends
+            on the image.
 
         Raises:
             ValueError: If the plugin needs a square grid and the tower's is not, or the prompts set for these
@@ -395,12 +396,17 @@ class LlavaMetaForCausalLM(ABC):
             if image.ndim != 4:
                 raise ValueError(f"each image must be [3, H, W] or [V, 3, H, W], got shape {tuple(image.shape)}")
         if len({tuple(image.shape[1:]) for image in views}) == 1:
-            encoded = list(self.encode_images(torch.cat(views)).split([image.shape[0] for image in views]))
+            encoded = _split_views(self.encode_images(torch.cat(views)), [image.shape[0] for image in views])
         else:
-            encoded = [self.encode_images(image) for image in views]
+            encoded = [_stack_views(self.encode_images(image)) for image in views]
         merge = getattr(self.config, "mm_patch_merge_type", None) or "flat"
         if merge == "flat":
-            return [feature.flatten(0, 1) for feature in encoded]
+            return [feature.flatten(0, 1) if isinstance(feature, torch.Tensor) else torch.cat(feature) for feature in encoded]
+        if any(isinstance(feature, list) for feature in encoded):
+            raise ValueError(
+                f"mm_patch_merge_type {merge!r} needs the same token count in every view, but this projector's count "
+                "depends on the image; use mm_patch_merge_type 'flat'"
+            )
         if not merge.startswith("spatial"):
             raise ValueError(f"unknown mm_patch_merge_type {merge!r}; expected one of {', '.join(PATCH_MERGE_TYPES)}")
         if image_sizes is None or len(image_sizes) != len(encoded):
@@ -613,6 +619,25 @@ class LlavaMetaForCausalLM(ABC):
                 f"{key} in {adapter!r} has shape {tuple(source.shape)}; expected {tuple(target.shape)} "
                 f"or ({added}, {target.shape[1]})"
             )
+
+
+def _stack_views(encoded: torch.Tensor | list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """One image's views as ``[V, K, D]``; views of different K (a data-dependent compressor) stay a list."""
+    if isinstance(encoded, torch.Tensor):
+        return encoded
+    if len({tuple(view.shape) for view in encoded}) == 1:
+        return torch.stack(list(encoded))
+    return list(encoded)
+
+
+def _split_views(encoded: torch.Tensor | list[torch.Tensor], counts: Sequence[int]) -> list:
+    """``encode_images`` output for all views → per image ``[V, K, D]`` (see :func:`_stack_views`)."""
+    if isinstance(encoded, torch.Tensor):
+        return list(encoded.split(list(counts)))
+    bounds = [0]
+    for count in counts:
+        bounds.append(bounds[-1] + count)
+    return [_stack_views(encoded[start:end]) for start, end in zip(bounds[:-1], bounds[1:])]
 
 
 def _to_projector(tensor: torch.Tensor, projector: nn.Module) -> torch.Tensor:

@@ -48,6 +48,7 @@ class ViewInputs:
         grid: ``(H, W)`` patch grid.
         tokens_sent: K, visual tokens per image the model sends to the LLM.
         model: The whole model, for views that need more than the features.
+        pixels: ``[1, 3, h, w]`` the model input itself (for views that ask the tower for more, e.g. attention).
     """
 
     image: np.ndarray
@@ -55,6 +56,7 @@ class ViewInputs:
     grid: tuple[int, int]
     tokens_sent: int
     model: Any = None
+    pixels: torch.Tensor | None = None
 
     @property
     def tokens_uncompressed(self) -> int:
@@ -213,7 +215,7 @@ def compute_view(model: Any, image_processor: Any, image: Image.Image) -> Compre
         features = features.to(device=weight.device, dtype=weight.dtype)
     inputs = ViewInputs(
         image=_to_rgb(pixels, image_processor), features=features, grid=_grid(model.get_vision_tower()),
-        tokens_sent=int(model.encode_images(pixels).shape[1]), model=model,
+        tokens_sent=int(model.encode_images(pixels)[0].shape[0]), model=model, pixels=pixels,
     )
     return view(projector, inputs)
 

@@ -9,6 +9,7 @@ import torch.nn as nn
 from braco_patch import BracoCoder
 from braco_patch.config import PROJECTOR_PATTERN
 from llava.model.multimodal_projector.builder import build_vision_projector, list_projectors, resolve_projector
+from llava.model.multimodal_projector.plugins import CompressorInputs, needs_for_config
 
 # One concrete name per registered pattern; a new registration without an example fails the test below.
 EXAMPLES = {
@@ -17,6 +18,14 @@ EXAMPLES = {
     "identity": "identity",
     PROJECTOR_PATTERN: "braco_c2s5_idct",
     r"fourier_mlp(\d+)x_gelu": "fourier_mlp2x_gelu",
+    r"prumerge(?:_k(\d+))?": "prumerge_k4",
+    r"prumerge_plus(?:_k(\d+))?": "prumerge_plus",
+    r"divprune_k(\d+)": "divprune_k9",
+    r"mqt_k(\d+)": "mqt_k4",
+    r"mqt_q(\d+)": "mqt_q16",
+    r"quecc_k(\d+)": "quecc_k4",
+    r"tokenpacker_k(\d+)": "tokenpacker_k9",
+    r"fouriervlm_k(\d+)": "fouriervlm_k9",
 }
 
 
@@ -28,11 +37,34 @@ def test_every_registered_pattern_has_an_example():
     assert set(list_projectors()) == set(EXAMPLES)
 
 
+def _inputs(config, features: torch.Tensor) -> tuple:
+    """``(features,)``, or ``(features, CompressorInputs)`` with random stand-ins for what the plugin needs."""
+    needs = needs_for_config(config)
+    if not needs.extra:
+        return (features,)
+    batch, tokens, dim = features.shape
+    inputs = CompressorInputs(features=features, grid_shape=(6, 6), has_cls_token=True)
+    inputs.layers = {index: torch.randn(batch, tokens, dim) for index in needs.tower_layers}
+    if needs.attention:
+        inputs.attention = torch.softmax(torch.randn(batch, 2, tokens + 1, tokens + 1), dim=-1)
+        inputs.keys = torch.randn(batch, tokens + 1, dim)
+    if needs.prompt:
+        inputs.prompt = [torch.randn(5, config.hidden_size) for _ in range(batch)]
+        inputs.run_language_model = lambda embeds: embeds.tanh()
+    return features, inputs
+
+
 @pytest.mark.parametrize("pattern", list(EXAMPLES))
-def test_every_projector_builds_and_runs(pattern):
+def test_every_projector_builds_and_runs(pattern, tiny_tower_dir):
     name = EXAMPLES[pattern]
-    proj = build_vision_projector(_config(name, mm_fourier_C=2, mm_fourier_spatial_keep=3) if name.startswith("fourier") else _config(name))
-    out = proj(torch.randn(2, 36, 32))
+    extra = {"mm_fourier_C": 2, "mm_fourier_spatial_keep": 3} if name.startswith("fourier_") else {}
+    config = _config(name, mm_vision_tower=str(tiny_tower_dir), **extra)
+    proj = build_vision_projector(config)
+    out = proj(*_inputs(config, torch.randn(2, 36, 32)))
+    out = torch.stack(out) if isinstance(out, list) and len({o.shape for o in out}) == 1 else out
+    if isinstance(out, list):  # adaptive token counts
+        assert len(out) == 2 and all(o.shape[-1] == 48 and torch.isfinite(o).all() for o in out)
+        return
     assert out.shape[0] == 2 and out.shape[-1] == (32 if name == "identity" else 48)
     assert torch.isfinite(out).all()
 

@@ -1,0 +1,453 @@
+"""The seam between the paper's baselines and LLaVA: one :class:`CompressorPlugin` declaration per method.
+
+Loaded through the ``llava.projectors`` entry point ``baselines = braco_patch.baselines.llava_plugin``
+(setup.py). Together with :mod:`.view` it is the only module of :mod:`braco_patch.baselines` that imports
+``llava``; the methods themselves stay pure PyTorch. Name grammar, settings and layouts: docs/BASELINES.md.
+
+=====================================  ==========================================================  ========
+projector type                         module (state-dict keys)                                    boundary
+=====================================  ==========================================================  ========
+``prumerge_k{K}``, ``prumerge``        PruMerge (none), then mlp2x_gelu (``0.*``, ``2.*``)          pre
+``prumerge_plus_k{K}``, ``prumerge_plus``  PruMerge+ (none), then mlp2x_gelu (``0.*``, ``2.*``)     pre
+``divprune_k{K}``                      mlp2x_gelu (``0.*``, ``2.*``), then DivPrune (none)          post
+``mqt_k{K}``, ``mqt_q{Q}``             MQT query abstractor, replaces the projector                 pre
+``quecc_k{K}``                         QueCC (``compressor.*``), then mlp2x_gelu (``0.*``, ``2.*``)  pre
+``tokenpacker_k{K}``                   TokenPacker, replaces the projector                          post
+``fouriervlm_k{K}``                    Fourier-VLM (none), then mlp2x_gelu (``0.*``, ``2.*``)       pre
+=====================================  ==========================================================  ========
+
+The parameter-free methods (PruMerge, DivPrune, Fourier-VLM) keep exactly ``mlp2x_gelu``'s keys, so any
+``mlp2x_gelu`` checkpoint (stage-1 ``mm_projector.bin`` or a full stage-2 checkpoint) loads under their
+projector types unchanged: that is how they run training-free.
+
+Budgets are checked when the projector is built, from the config and the tower's config (its grid and depth):
+an impossible budget is one ``ValueError`` sentence naming the reason and the accepted budgets.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from llava.model.multimodal_projector.builder import mlp_projector
+from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
+
+from ._common import multi_level_layers, region_scale
+from .divprune import DivPrune
+from .fourier_vlm import FourierVLM
+from .mqt import MQTAbstractor
+from .prumerge import PruMerge
+from .quecc import QueCC
+from .tokenpacker import TokenPacker
+
+__all__ = [
+    "PLUGINS",
+    "CompressThenProject",
+    "MQTProjector",
+    "TokenPackerProjector",
+    "parse_layers",
+    "tower_geometry",
+]
+
+
+# ---------------------------------------------------------------------------------------------- the tower
+
+
+@functools.lru_cache(maxsize=32)
+def _tower_config(name: str) -> Any:
+    from llava.model.multimodal_encoder.builder import tower_model_type
+    from llava.model.multimodal_encoder.registry import resolve_vision_tower
+
+    return resolve_vision_tower(tower_model_type(name), source=name).config_class.from_pretrained(name)
+
+
+def tower_geometry(config: Any, projector_type: str) -> tuple[int, tuple[int, int]]:
+    """``(encoder layers L, (rows, cols) patch grid)`` of the tower that ``config.mm_vision_tower`` names.
+
+    Raises:
+        ValueError: When the config names no tower (a budget that depends on the grid cannot be checked).
+    """
+    name = getattr(config, "mm_vision_tower", None) or getattr(config, "vision_tower", None)
+    if not name:
+        raise ValueError(
+            f"mm_projector_type {projector_type!r} depends on the vision tower's grid, but the config names no "
+            "mm_vision_tower; set it to the tower's directory or hub name"
+        )
+    tower = _tower_config(os.fspath(name))
+    (height, width), (ph, pw) = _pair(tower.image_size), _pair(tower.patch_size)
+    return int(tower.num_hidden_layers), (height // ph, width // pw)
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    """``(rows, cols)`` from an int or a 2-sequence (tower configs allow either)."""
+    if isinstance(value, (list, tuple)):
+        return int(value[0]), int(value[1])
+    return int(value), int(value)
+
+
+def _check_patch_features(config: Any, projector_type: str) -> None:
+    """Methods that work on the patch grid refuse ``mm_vision_select_feature cls_patch``."""
+    feature = getattr(config, "mm_vision_select_feature", None) or "patch"
+    if feature != "patch":
+        raise ValueError(
+            f"mm_projector_type {projector_type!r} compresses the patch grid, so mm_vision_select_feature must be "
+            f"'patch', got {feature!r}"
+        )
+
+
+def parse_layers(value: Any, key: str) -> tuple[int, ...]:
+    """``"12,16,22,23"`` (a config string) → ``(12, 16, 22, 23)``, or a one-sentence ``ValueError``."""
+    text = str(value).strip()
+    if not re.fullmatch(r"-?\d+(\s*,\s*-?\d+)*", text):
+        raise ValueError(f"{key} must be comma-separated tower hidden-state indices such as '12,16,22,23', got {value!r}")
+    return tuple(int(part) for part in text.split(","))
+
+
+def _resolved_layers(config: Any, key: str, num_layers: int) -> tuple[int, ...]:
+    """The multi-level layers: the config key when set, else the releases' rule for this depth (written back)."""
+    stored = getattr(config, key, None)
+    layers = parse_layers(stored, key) if stored is not None else multi_level_layers(num_layers)
+    for index in layers:
+        if not -(num_layers + 1) <= index <= num_layers:
+            raise ValueError(f"{key} index {index} is out of range for a {num_layers}-layer tower; expected {-(num_layers + 1)}..{num_layers}")
+    setattr(config, key, ",".join(map(str, layers)))
+    return layers
+
+
+def _resolve(config: Any, key: str, default: Any) -> Any:
+    """The config's value of ``key``, or ``default`` (written back so ``config.json`` rebuilds the same module)."""
+    value = getattr(config, key, None)
+    if value is None:
+        value = default
+        setattr(config, key, value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+
+class CompressThenProject(nn.Module):
+    """A compressor on tower features, then upstream's ``mlp2x_gelu`` (pre-projector methods).
+
+    State-dict keys: ``0.*`` and ``2.*`` for the MLP, exactly ``mlp2x_gelu``'s, and ``compressor.*`` for a
+    compressor with parameters (QueCC). Called as ``projector(features)`` or ``projector(features, inputs)``
+    (``inputs`` a :class:`~llava.model.multimodal_projector.plugins.CompressorInputs`); ``method`` says how the
+    compressor reads them (``"plain"``, ``"attention"``: PruMerge, ``"prompt"``: QueCC).
+
+    Returns ``[B, K, hidden]``, or a list of ``[K_b, hidden]`` for adaptive PruMerge.
+    """
+
+    def __init__(self, compressor: nn.Module, mm_hidden: int, hidden: int, method: str = "plain", layers: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.compressor = compressor
+        for index, layer in enumerate(mlp_projector(mm_hidden, hidden, 2)):
+            self.add_module(str(index), layer)
+        self.method = method
+        self.layers = tuple(layers)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP: ``[..., mm_hidden]`` → ``[..., hidden]``."""
+        for index in range(3):
+            x = self._modules[str(index)](x)
+        return x
+
+    def compress(self, features: torch.Tensor, inputs: Any = None) -> torch.Tensor | list[torch.Tensor]:
+        """The compressor alone: ``[B, N, D]`` → ``[B, K, D]`` (a list for adaptive PruMerge)."""
+        if self.method == "plain":
+            return self.compressor(features)
+        if inputs is None:
+            raise ValueError(f"{type(self.compressor).__name__} needs the model's CompressorInputs; call it through encode_images")
+        if self.method == "attention":
+            return self.compressor(features, inputs.attention, inputs.keys)
+        levels = [inputs.layers[index] for index in self.layers]
+        return self.compressor(features, levels, quecc_text_states(inputs, features))
+
+    def forward(self, features: torch.Tensor, inputs: Any = None) -> torch.Tensor | list[torch.Tensor]:
+        out = self.compress(features, inputs)
+        if isinstance(out, list):
+            return [self.project(tokens) for tokens in out]
+        return self.project(out)
+
+
+def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
+    """``[B, d_text]``: the LLM's last-layer state at the last prompt token of each image's prompt.
+
+    Each prompt runs on its own (``[1, L_i, hidden]``, no padding), so an image's tokens never depend on the
+    batch. The pass carries no gradient into the LLM (the text projection after it trains). Without a prompt
+    (``encode_images`` called on its own, e.g. the demo's token count) the state is zero.
+    """
+    width = int(features.shape[0])
+    prompts = inputs.prompt
+    if prompts is None or inputs.run_language_model is None:
+        return features.new_zeros(width, 0)
+    states = []
+    with torch.no_grad():
+        for embeds in prompts:
+            if embeds.shape[0] == 0:
+                raise ValueError("QueCC needs a non-empty prompt for every image; got an image whose prompt has no text tokens")
+            states.append(inputs.run_language_model(embeds.unsqueeze(0))[0, -1])
+    return torch.stack(states).to(device=features.device, dtype=features.dtype)
+
+
+class QueCCCompressor(QueCC):
+    """:class:`QueCC` that treats a missing prompt (zero-width states) as a zero text vector."""
+
+    def forward(self, features, levels, text_states, text_mask=None):  # noqa: D102 - see QueCC.forward
+        if text_states.dim() == 2 and text_states.shape[1] == 0:
+            text_states = features.new_zeros(features.shape[0], self.text_dim)
+        return super().forward(features, levels, text_states, text_mask)
+
+
+class MQTProjector(MQTAbstractor):
+    """:class:`MQTAbstractor` as a projector: ``mm_mqt_num_tokens`` changes K on a loaded model."""
+
+    def apply_settings(self, values: dict[str, Any]) -> None:
+        if values.get("mm_mqt_num_tokens") is not None:
+            self.num_tokens = self._check_tokens(int(values["mm_mqt_num_tokens"]))
+
+
+class TokenPackerProjector(TokenPacker):
+    """:class:`TokenPacker` called as ``projector(features, inputs)``: its levels are the tower layers it asked for."""
+
+    def __init__(self, *args: Any, layers: tuple[int, ...], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.layers = tuple(layers)
+
+    def forward(self, features: torch.Tensor, inputs: Any = None) -> torch.Tensor:  # noqa: D102
+        if inputs is None:
+            raise ValueError("TokenPacker needs the tower's multi-level features; call it through encode_images")
+        return super().forward(features, [inputs.layers[index] for index in self.layers])
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+
+def _budget(match: re.Match[str]) -> int | None:
+    """The ``K`` of a name (``None`` for the adaptive names), checked to be positive."""
+    groups = [group for group in match.groups() if group is not None]
+    if not groups:
+        return None
+    budget = int(groups[-1])
+    if budget < 1:
+        raise ValueError(f"mm_projector_type {match.group(0)!r} asks for {budget} tokens; the budget must be a positive integer")
+    return budget
+
+
+def _check_selection_budget(budget: int, grid: tuple[int, int], projector_type: str, most: int) -> None:
+    if budget > most:
+        raise ValueError(
+            f"mm_projector_type {projector_type!r} keeps {budget} tokens but the {grid[0]}x{grid[1]} grid has "
+            f"{grid[0] * grid[1]} patches; accepted budgets: 1..{most}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------- factories
+
+
+def _prumerge(config: Any, match: re.Match[str]) -> nn.Module:
+    name = match.group(0)
+    _check_patch_features(config, name)
+    budget = _budget(match)
+    plus = "_plus" in name
+    neighbours = int(_resolve(config, "mm_prumerge_neighbours", 32))
+    extra = bool(_resolve(config, "mm_prumerge_extra_token", True))
+    if budget is not None:
+        if budget - int(extra) < 1:
+            raise ValueError(f"mm_projector_type {name!r} keeps {budget} token(s), but PruMerge with its extra token needs at least 2")
+        if getattr(config, "mm_vision_tower", None):  # without a tower (a bare config) the forward pass checks K
+            _, grid = tower_geometry(config, name)
+            _check_selection_budget(budget, grid, name, grid[0] * grid[1] + int(extra))
+    module = PruMerge(int(config.mm_hidden_size), budget, plus=plus, neighbours=neighbours, extra_token=extra)
+    return CompressThenProject(module, int(config.mm_hidden_size), int(config.hidden_size), method="attention")
+
+
+def _divprune(config: Any, match: re.Match[str]) -> nn.Module:
+    name, budget = match.group(0), _budget(match)
+    if getattr(config, "mm_vision_tower", None):
+        _, grid = tower_geometry(config, name)
+        _check_selection_budget(budget, grid, name, grid[0] * grid[1])
+    return nn.Sequential(*mlp_projector(int(config.mm_hidden_size), int(config.hidden_size), 2), DivPrune(budget))
+
+
+def _mqt(config: Any, match: re.Match[str]) -> nn.Module:
+    name = match.group(0)
+    _check_patch_features(config, name)
+    by_queries = name.startswith("mqt_q")
+    count = _budget(match)
+    queries = int(_resolve(config, "mm_mqt_num_queries", count if by_queries else 256))
+    if by_queries and queries != count:
+        raise ValueError(f"config.json says mm_mqt_num_queries={queries} but mm_projector_type {name!r} means {count} queries; fix one of them")
+    tokens = getattr(config, "mm_mqt_num_tokens", None)
+    tokens = int(tokens) if tokens is not None else (queries if by_queries else count)
+    if tokens > queries:
+        raise ValueError(f"mm_projector_type {name!r} asks for {tokens} tokens but has {queries} queries; accepted: 1..{queries} (or raise mm_mqt_num_queries)")
+    heads = int(_resolve(config, "mm_mqt_heads", 16))
+    keys = str(_resolve(config, "mm_mqt_keys", "position"))
+    nested = bool(_resolve(config, "mm_mqt_nested", True))
+    return MQTProjector(int(config.mm_hidden_size), int(config.hidden_size), queries, num_tokens=tokens, heads=heads, keys=keys, nested=nested)
+
+
+def _regional(config: Any, name: str, budget: int, method: str) -> tuple[int, tuple[int, ...]]:
+    """Grid side and multi-level layers of QueCC/TokenPacker, the budget checked against the grid."""
+    _check_patch_features(config, name)
+    num_layers, (rows, cols) = tower_geometry(config, name)
+    if rows != cols:
+        raise ValueError(f"mm_projector_type {name!r} splits a square grid into regions, but the tower gives {rows}x{cols}; use a tower with a square grid")
+    region_scale(budget, rows, method)
+    return rows, _resolved_layers(config, f"mm_{method.lower()}_layers", num_layers)
+
+
+def _quecc(config: Any, match: re.Match[str]) -> nn.Module:
+    name, budget = match.group(0), _budget(match)
+    side, layers = _regional(config, name, budget, "QueCC")
+    heads = int(_resolve(config, "mm_quecc_heads", 8))
+    dim = int(config.mm_hidden_size)
+    module = QueCCCompressor(dim, budget, side, int(config.hidden_size), level_dim=len(layers) * dim, heads=heads)
+    return CompressThenProject(module, dim, int(config.hidden_size), method="prompt", layers=layers)
+
+
+def _tokenpacker(config: Any, match: re.Match[str]) -> nn.Module:
+    name, budget = match.group(0), _budget(match)
+    side, layers = _regional(config, name, budget, "TokenPacker")
+    dim = int(config.mm_hidden_size)
+    heads = int(_resolve(config, "mm_tokenpacker_heads", max(dim // 128, 1)))
+    return TokenPackerProjector(dim, int(config.hidden_size), budget, side, level_dim=len(layers) * dim, heads=heads, layers=layers)
+
+
+def _fouriervlm(config: Any, match: re.Match[str]) -> nn.Module:
+    name, budget = match.group(0), _budget(match)
+    _check_patch_features(config, name)
+    cutoff = math.isqrt(budget)
+    if cutoff * cutoff != budget:
+        raise ValueError(f"mm_projector_type {name!r}: Fourier-VLM keeps a CxC block of frequencies, so K must be a perfect square (4, 9, 16, 25, ...), got {budget}")
+    if getattr(config, "mm_vision_tower", None):
+        _, grid = tower_geometry(config, name)
+        if cutoff > min(grid):
+            accepted = [c * c for c in range(1, min(grid) + 1)]
+            raise ValueError(f"mm_projector_type {name!r} needs C={cutoff} but the {grid[0]}x{grid[1]} grid allows at most C={min(grid)}; accepted budgets: {accepted}")
+    rescale = bool(_resolve(config, "mm_fouriervlm_rescale", False))
+    module = FourierVLM(int(config.mm_hidden_size), budget, rescale=rescale)
+    return CompressThenProject(module, int(config.mm_hidden_size), int(config.hidden_size))
+
+
+# ---------------------------------------------------------------------------------------------- needs
+
+
+def _layers_of(config: Any, key: str) -> tuple[int, ...]:
+    stored = getattr(config, key, None)
+    if stored is None:  # before the projector is built: resolve the releases' rule from the tower's depth
+        num_layers, _ = tower_geometry(config, str(getattr(config, "mm_projector_type", "")))
+        return multi_level_layers(num_layers)
+    return parse_layers(stored, key)
+
+
+def _quecc_needs(config: Any) -> ModelNeeds:
+    return ModelNeeds(tower_layers=_layers_of(config, "mm_quecc_layers"), prompt=True, square_grid=True)
+
+
+def _tokenpacker_needs(config: Any) -> ModelNeeds:
+    return ModelNeeds(tower_layers=_layers_of(config, "mm_tokenpacker_layers"), square_grid=True)
+
+
+def _mqt_run_defaults(run: RunInfo) -> dict[str, Any]:
+    """The release: stage 1 trains all queries, stage 2 random nested prefixes."""
+    return {"mm_mqt_nested": run.stage != "pretrain"}
+
+
+def _view(kind: str):
+    def view(projector: Any, inputs: Any) -> Any:
+        from . import view as views
+
+        return views.VIEWS[kind](projector, inputs)
+
+    return view
+
+
+# ---------------------------------------------------------------------------------------------- declarations
+
+_K = r"_k(\d+)"
+_LAYERS_HELP = "tower hidden-state indices of the multi-level features, comma-separated (default: 12,16,22,23 on a 24-layer tower, the same relative depths otherwise)"
+
+PLUGINS = (
+    register_plugin(CompressorPlugin(
+        name="prumerge",
+        projectors=(
+            ProjectorType(r"prumerge(?:_k(\d+))?", _prumerge, "PruMerge: CLS-attention top-K (or IQR outliers without _k) merged by key similarity, then mlp2x_gelu"),
+            ProjectorType(r"prumerge_plus(?:_k(\d+))?", _prumerge, "PruMerge+: PruMerge plus spatially uniform samples, then mlp2x_gelu"),
+        ),
+        settings=(
+            Setting("mm_prumerge_neighbours", int, "k, tokens each kept token absorbs by key similarity", default=32, minimum=1),
+            Setting("mm_prumerge_extra_token", bool, "append the attention-weighted sum of the pruned tokens (counts in K)", default=True),
+        ),
+        key_prefixes=("mm_prumerge_",),
+        needs=ModelNeeds(attention=True),
+        boundary=PruMerge.boundary,
+        view=_view("prumerge"),
+    )),
+    register_plugin(CompressorPlugin(
+        name="divprune",
+        projectors=(ProjectorType(r"divprune" + _K, _divprune, "DivPrune: mlp2x_gelu, then greedy max-min diversity selection of K tokens"),),
+        key_prefixes=("mm_divprune_",),
+        needs=ModelNeeds(),
+        boundary=DivPrune.boundary,
+        view=_view("divprune"),
+    )),
+    register_plugin(CompressorPlugin(
+        name="mqt",
+        projectors=(
+            ProjectorType(r"mqt" + _K, _mqt, "MQT-LLaVA: nested query transformer (256 queries), K tokens at inference"),
+            ProjectorType(r"mqt_q(\d+)", _mqt, "MQT-LLaVA with Q queries; K = mm_mqt_num_tokens (default Q)"),
+        ),
+        settings=(
+            Setting("mm_mqt_num_queries", int, "Q, learned queries (the release: 256)", default=256, minimum=1),
+            Setting("mm_mqt_num_tokens", int, "K at inference, any 1..Q from one checkpoint (the release's --num_visual_tokens; default: the name's K, or Q)", minimum=1, runtime=True),
+            Setting("mm_mqt_heads", int, "attention heads", default=16, minimum=1),
+            Setting("mm_mqt_keys", str, "attention keys: the query grid's positions (the release) or the features", default="position", choices=("position", "features")),
+            Setting("mm_mqt_nested", bool, "train with random nested prefix lengths (default: no in stage 1, yes in stage 2, as the release)"),
+        ),
+        key_prefixes=("mm_mqt_",),
+        run_defaults=_mqt_run_defaults,
+        needs=ModelNeeds(square_grid=True),
+        boundary=MQTAbstractor.boundary,
+        view=_view("mqt"),
+    )),
+    register_plugin(CompressorPlugin(
+        name="quecc",
+        projectors=(ProjectorType(r"quecc" + _K, _quecc, "QueCC: prompt-conditioned regional queries (K = (G/s)^2), then mlp2x_gelu"),),
+        settings=(
+            Setting("mm_quecc_layers", str, _LAYERS_HELP),
+            Setting("mm_quecc_heads", int, "attention heads", default=8, minimum=1),
+        ),
+        key_prefixes=("mm_quecc_",),
+        needs=_quecc_needs,
+        boundary=QueCC.boundary,
+        view=_view("regions"),
+    )),
+    register_plugin(CompressorPlugin(
+        name="tokenpacker",
+        projectors=(ProjectorType(r"tokenpacker" + _K, _tokenpacker, "TokenPacker: point-to-region queries over multi-level features (K = (G/s)^2), then its MLP"),),
+        settings=(
+            Setting("mm_tokenpacker_layers", str, _LAYERS_HELP),
+            Setting("mm_tokenpacker_heads", int, "attention heads (default: D // 128)", minimum=1),
+        ),
+        key_prefixes=("mm_tokenpacker_",),
+        needs=_tokenpacker_needs,
+        boundary=TokenPacker.boundary,
+        view=_view("regions"),
+    )),
+    register_plugin(CompressorPlugin(
+        name="fouriervlm",
+        projectors=(ProjectorType(r"fouriervlm" + _K, _fouriervlm, "Fourier-VLM: DCT low-pass to a CxC grid (K = C^2), then mlp2x_gelu"),),
+        settings=(Setting("mm_fouriervlm_rescale", bool, "scale by C/sqrt(H*W) so a constant grid keeps its value", default=False),),
+        key_prefixes=("mm_fouriervlm_",),
+        needs=ModelNeeds(square_grid=True),
+        boundary=FourierVLM.boundary,
+        view=_view("fouriervlm"),
+    )),
+)
