@@ -29,6 +29,7 @@ from .fast import FAST_MODES
 from .flops import CONVENTION, check_allocation
 from .pipeline import Accounting
 from .presets import PipelineSpec, get_preset, list_presets, load_spec
+from .types import compressors_table, cost_setting, expand_types, format_compressors, format_types, types_table
 from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table, unit_for
 
 __all__ = ["main", "run", "build_parser"]
@@ -57,7 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--vision-config", "--vision_config", default=None, help="vision tower config.json or folder (CLIP/SigLIP)")
     src.add_argument("--input-tokens", "--input_tokens", default=None, help="only this input setting (e.g. 729, 1024, 3645)")
     src.add_argument("--budgets", type=positive_int, nargs="+", default=[4, 9, 16, 25], help="total budgets K per view")
-    src.add_argument("--projector", nargs="+", default=None, help="Braco allocations instead of --budgets, e.g. braco_c3s7 c4s9_idct")
+    src.add_argument("--projector", nargs="+", default=None,
+                     help="projector types instead of --budgets: Braco allocations (braco_c3s7, c4s9_idct) feed tables (a)-(c); "
+                          "every type (any registered one, e.g. mlp2x_gelu, or 'all' = every plugin's types at --budgets) gets table (g)")
+    src.add_argument("--table", choices=["pipeline", "compressors"], default="pipeline",
+                     help="pipeline: tables (a)-(c) (+ (g) for --projector); compressors: the paper's module-cost table "
+                          "(tab:main_compressor_cost) at each of --budgets, method by method")
+    src.add_argument("--question-tokens", "--question_tokens", type=int, default=7,
+                     help="question tokens of a prompt-conditioned module's LLM pass (QueCC; default %(default)s)")
     acc = p.add_argument_group("accounting (defaults reproduce the paper)")
     acc.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=Accounting.prompt_tokens,
                      help="text tokens in the prompt besides the visual tokens (default %(default)s)")
@@ -91,9 +99,17 @@ def _spec(args: argparse.Namespace) -> PipelineSpec:
     return get_preset(args.preset or "llava-v1.5-7b")
 
 
+def _braco_allocation(name: str) -> BracoConfig | None:
+    """The allocation a Braco name means (``braco_c3s7``, ``c4s9_idct``, ``braco_k16``), else ``None``."""
+    try:
+        return BracoConfig.from_name(name)
+    except ValueError:
+        return None
+
+
 def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[BracoConfig]:
     if args.projector:
-        allocations = [BracoConfig.from_name(name) for name in args.projector]
+        allocations = [a for a in map(_braco_allocation, _types(args)) if a is not None]
     else:
         allocations = [BracoConfig.from_budget(k) for k in args.budgets]
     for inp in inputs:
@@ -103,8 +119,26 @@ def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[B
     return allocations
 
 
+def _types(args: argparse.Namespace) -> list[str]:
+    """``--projector`` with ``all`` expanded at ``--budgets`` (empty without ``--projector``)."""
+    return expand_types(args.projector, args.budgets) if args.projector else []
+
+
+def _run_compressors(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
+    setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention)
+    print(f"FLOPs convention: {CONVENTION} (braco_patch/cost/flops.py)")
+    tables = {}
+    for budget in args.budgets:
+        rows = compressors_table(setting, budget)
+        print(format_compressors(rows, setting, budget), end="\n\n")
+        tables[str(budget)] = rows
+    return {"pipeline_name": spec.name, "convention": CONVENTION, "compressors": tables}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build every table (and measurement) for parsed ``args``; prints them; returns the JSON-able result."""
+    if args.table == "compressors":
+        return _run_compressors(args, _spec(args))
     if args.measure:  # refuse what this machine cannot run before printing anything
         from .measure import resolve_device
 
@@ -127,9 +161,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(format_pipeline(result["pipeline"], spec, inputs, acc), end="\n\n")
     print(format_stages(result["stages"]), end="\n\n")
     print(format_boundary(result["boundary"], spec))
+    types = _types(args)
+    setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
+    if types:
+        result["types"] = types_table(spec, types, acc, setting)
+        print("\n" + format_types(result["types"], spec, acc))
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
+        if types:
+            result["measure"]["types"] = _measure_types(args, spec, types, setting)
     return result
+
+
+def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting) -> list[dict[str, Any]]:
+    from . import measure
+    from .measure_types import measure_types
+
+    device = measure.resolve_device(args.device)
+    opts = measure.MeasureOptions(device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0),
+                                  iters=args.iters, batch_sizes=tuple(args.batch_sizes))
+    rows = measure_types(spec, types, setting, opts)
+    print(_format_measured(rows, "(h) projector types as built (whole module: the post-projector boundary); "
+                                 "a prompt-conditioned module's LLM pass is not run, its analytic count includes it"))
+    return rows
 
 
 def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""Measured latency, peak memory and profiler FLOPs of any projector type (``braco cost --projector ... --measure``).
+
+The projector is built exactly as a checkpoint builds it (``build_vision_projector`` on a config with the
+preset's widths), with random weights, and called as ``encode_images`` calls it: ``projector(features)``, or
+``projector(features, CompressorInputs)`` when its plugin needs more. What it needs is made up at the preset's
+shape: tower layers (``[B, N(+1), D]``), the select layer's attention (a softmax over random scores,
+``[B, heads, T, T]``) and keys, a prompt of ``question_tokens`` random embeddings, and — for a question pass —
+``run_language_model`` = the identity, so **the measured time of a prompt-conditioned module leaves out its
+LLM pass** (its analytic count includes it). The call is the whole built module: for ``pre`` types the
+compressor plus its projector, i.e. the post-projector boundary.
+
+Protocol as :mod:`.measure`: ``warmup`` untimed calls, ``iters`` timed ones (median, std), peak memory above
+what was allocated before the call, under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+import torch
+
+from .measure import MeasureOptions, _measure
+from .presets import PipelineSpec
+from .projectors import CostSetting, module_cost
+
+__all__ = ["build_projector", "compressor_inputs", "measure_types"]
+
+
+def build_projector(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.Module, Any]:
+    """The projector a checkpoint of ``spec``'s widths with ``projector_type`` builds, and its config."""
+    from llava.model.multimodal_projector.builder import build_vision_projector
+
+    config = SimpleNamespace(
+        mm_projector_type=projector_type, mm_hidden_size=spec.mm_hidden, hidden_size=spec.lm_dims.hidden,
+        mm_vision_select_layer=spec.select_layer, mm_vision_select_feature="patch",
+        num_hidden_layers=spec.lm_dims.layers, vocab_size=spec.lm_dims.vocab,
+    )
+    return build_vision_projector(config), config
+
+
+def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_tokens: int, device, dtype) -> tuple[torch.Tensor, Any]:
+    """``(features, inputs)`` for one call: ``inputs`` is ``None`` when the plugin needs nothing extra."""
+    from llava.model.multimodal_projector.plugins import CompressorInputs, needs_for_config
+
+    grid = spec.grid(spec.inputs[0])
+    n, d = grid[0] * grid[1], spec.mm_hidden
+    features = torch.randn(batch, n, d, device=device, dtype=dtype)
+    needs = needs_for_config(config)
+    if not needs.extra:
+        return features, None
+    inputs = CompressorInputs(features=features, grid_shape=grid, has_cls_token=False)
+    for index in needs.tower_layers:
+        inputs.layers[index] = torch.randn(batch, n, d, device=device, dtype=dtype)
+    if needs.attention:
+        heads = spec.vision_dims.heads
+        inputs.attention = torch.randn(batch, heads, n, n, device=device, dtype=dtype).softmax(-1)
+        inputs.keys = torch.randn(batch, n, d, device=device, dtype=dtype)
+    if needs.prompt:
+        inputs.prompt = [torch.randn(question_tokens, spec.lm_dims.hidden, device=device, dtype=dtype) for _ in range(batch)]
+        inputs.prompt_ids = [torch.zeros(question_tokens, dtype=torch.long, device=device) for _ in range(batch)]
+        inputs.run_language_model = lambda embeds: embeds
+    return features, inputs
+
+
+def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting, opts: MeasureOptions) -> list[dict[str, Any]]:
+    """One row per (batch size, projector type): latency, peak memory, profiler FLOPs next to the analytic post figure."""
+    rows = []
+    for batch in opts.batch_sizes:
+        for name in types:
+            torch.manual_seed(0)
+            projector, config = build_projector(spec, name)
+            projector = projector.to(opts.device, opts.dtype).eval()
+            features, inputs = compressor_inputs(spec, config, batch, setting.prompt_tokens, opts.device, opts.dtype)
+            cost = module_cost(name, setting, config)
+            prompt_pass = inputs is not None and inputs.prompt is not None
+            analytic = cost.post * batch
+            call = (lambda: projector(features)) if inputs is None else (lambda: projector(features, inputs))
+            with torch.no_grad():
+                row = _measure(call, opts, analytic, analytic)
+            rows.append({"batch": batch, "variant": name, "boundary": "post", "tokens": cost.tokens,
+                         "note": "LLM prompt pass not run (identity)" if prompt_pass else "", **row})
+    return rows
