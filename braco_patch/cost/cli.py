@@ -16,6 +16,7 @@ accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`). Als
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 
 from ..argtypes import positive_int
-from ..config import BracoConfig
+from ..config import NAME_PATTERN, PROJECTOR_PREFIX, BracoConfig
 from .fast import FAST_MODES
 from .flops import CONVENTION, check_allocation
 from .pipeline import Accounting
@@ -109,7 +110,7 @@ def _braco_allocation(name: str) -> BracoConfig | None:
 
 def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[BracoConfig]:
     if args.projector:
-        allocations = [a for a in map(_braco_allocation, _types(args)) if a is not None]
+        allocations = [a for a in map(_braco_allocation, _types(args, spec)) if a is not None]
     else:
         allocations = [BracoConfig.from_budget(k) for k in args.budgets]
     for inp in inputs:
@@ -119,9 +120,14 @@ def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[B
     return allocations
 
 
-def _types(args: argparse.Namespace) -> list[str]:
-    """``--projector`` with ``all`` expanded at ``--budgets`` (empty without ``--projector``)."""
-    return expand_types(args.projector, args.budgets) if args.projector else []
+def _types(args: argparse.Namespace, spec: PipelineSpec | None = None) -> list[str]:
+    """``--projector`` with ``all`` expanded at ``--budgets`` (empty without ``--projector``); with ``spec``,
+    the types ``all`` gives that do not fit its grid are left out."""
+    if not args.projector:
+        return []
+    # a bare Braco allocation (c3s7, k16) is the projector type braco_c3s7 / braco_k16
+    names = [f"{PROJECTOR_PREFIX}{name}" if NAME_PATTERN.fullmatch(name) else name for name in args.projector]
+    return expand_types(names, args.budgets, cost_setting(spec) if spec is not None else None)
 
 
 def _run_compressors(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
@@ -161,14 +167,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(format_pipeline(result["pipeline"], spec, inputs, acc), end="\n\n")
     print(format_stages(result["stages"]), end="\n\n")
     print(format_boundary(result["boundary"], spec))
-    types = _types(args)
+    types = _types(args, spec)
     setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
-    if types:
+    if args.projector:
         result["types"] = types_table(spec, types, acc, setting)
         print("\n" + format_types(result["types"], spec, acc))
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
-        if types:
+        if args.projector:
             result["measure"]["types"] = _measure_types(args, spec, types, setting)
     return result
 
@@ -180,7 +186,9 @@ def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str
     device = measure.resolve_device(args.device)
     opts = measure.MeasureOptions(device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0),
                                   iters=args.iters, batch_sizes=tuple(args.batch_sizes))
-    rows = measure_types(spec, types, setting, opts)
+    # the measured call runs our coder, so the analytic figure next to it is our computation
+    with_vanilla = list(dict.fromkeys([f"mlp{spec.projector_depth}x_gelu", *types]))
+    rows = measure_types(spec, with_vanilla, dataclasses.replace(setting, computation="ours"), opts)
     print(_format_measured(rows, "(h) projector types as built (whole module: the post-projector boundary); "
                                  "a prompt-conditioned module's LLM pass is not run, its analytic count includes it"))
     return rows

@@ -99,10 +99,11 @@ def format_compressors(rows: Sequence[dict[str, Any]], setting: CostSetting, bud
     return "\n".join(lines)
 
 
-def expand_types(names: Iterable[str], budgets: Sequence[int]) -> list[str]:
+def expand_types(names: Iterable[str], budgets: Sequence[int], setting: CostSetting | None = None) -> list[str]:
     """``names`` with ``all`` replaced by every plugin's projector types at each of ``budgets``.
 
-    Plugins that refuse a budget (or offer no ``projectors_at_budget`` tool) are logged and left out.
+    Plugins that refuse a budget (or offer no ``projectors_at_budget`` tool) are logged and left out; with
+    ``setting``, so are the types ``all`` gives that cannot run on its grid (their ``module_flops`` refuses).
     """
     out: list[str] = []
     for name in names:
@@ -113,9 +114,18 @@ def expand_types(names: Iterable[str], budgets: Sequence[int]) -> list[str]:
             for plugin, types in projectors_at_budget(budget).items():
                 if isinstance(types, str):
                     logger.info("budget %d: %s left out (%s)", budget, plugin, types)
-                else:
-                    out.extend(types)
+                    continue
+                out.extend(t for t in types if setting is None or _fits(t, setting))
     return list(dict.fromkeys(out))
+
+
+def _fits(projector_type: str, setting: CostSetting) -> bool:
+    try:
+        module_cost(projector_type, setting)
+    except ValueError as exc:
+        logger.info("%s left out: %s", projector_type, exc)
+        return False
+    return True
 
 
 def types_table(spec: PipelineSpec, types: Sequence[str], acc: Accounting, setting: CostSetting) -> list[dict[str, Any]]:
@@ -132,15 +142,19 @@ def types_table(spec: PipelineSpec, types: Sequence[str], acc: Accounting, setti
 
 
 def format_types(rows: Sequence[dict[str, Any]], spec: PipelineSpec, acc: Accounting) -> str:
+    from .report import unit_for
+
+    scale, unit = unit_for(r["post"] for r in rows)
+    big, big_unit = unit_for(r["pipeline"]["total"] for r in rows)
     lines = [
         f"(g) projector types on {spec.name} (one view): module cost asked of each type's plugin (module_flops tool)",
         f"    full pipeline: {acc.describe()}",
-        f"{'type':<24} {'K':>5} {'bound.':>6} {'pre G':>9} {'post G':>9} {'pipeline T':>10} {'LLM tok':>7}",
+        f"{'type':<24} {'K':>5} {'bound.':>6} {'pre ' + unit:>9} {'post ' + unit:>9} {'pipeline ' + big_unit:>11} {'LLM tok':>7}",
     ]
     for r in rows:
         p = r["pipeline"]
         lines.append(
-            f"{r['type']:<24} {r['tokens']:>5} {r['boundary']:>6} {r['pre'] / 1e9:>9.3f} {r['post'] / 1e9:>9.3f} "
-            f"{p['total'] / 1e12:>10.3f} {p['visual_tokens'] + acc.prompt_tokens:>7}"
+            f"{r['type']:<24} {r['tokens']:>5} {r['boundary']:>6} {r['pre'] / scale:>9.3f} {r['post'] / scale:>9.3f} "
+            f"{p['total'] / big:>11.3f} {p['visual_tokens'] + acc.prompt_tokens:>7}"
         )
     return "\n".join(lines)
