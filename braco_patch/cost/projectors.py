@@ -46,7 +46,7 @@ __all__ = [
 #: Name of the per-projector cost tool every compressor plugin offers.
 TOOL = "module_flops"
 #: Name of the tool that lists a plugin's projector types giving ``budget`` visual tokens per view.
-BUDGET_TOOL = "projectors_at_budget"
+BUDGET_TOOL = "projectors_at_budget"  # the same name as llava.model.multimodal_projector.budgets.BUDGET_TOOL
 
 
 @dataclass(frozen=True)
@@ -170,25 +170,10 @@ def braco_module_flops(config: Any, setting: CostSetting) -> ModuleCost:
 
 
 def projectors_at_budget(budget: int) -> dict[str, list[str] | str]:
-    """Each plugin's projector types for ``budget`` visual tokens (its ``projectors_at_budget`` tool).
+    """Each plugin's projector types for ``budget`` visual tokens (:mod:`llava.model.multimodal_projector.budgets`)."""
+    from llava.model.multimodal_projector.budgets import projectors_at_budget as ask
 
-    Returns:
-        ``{plugin name: [projector types]}``, or ``{plugin name: reason}`` when the plugin refuses the budget
-        (its tool raised ``ValueError``) or offers no such tool.
-    """
-    from llava.model.multimodal_projector.plugins import list_plugins
-
-    out: dict[str, list[str] | str] = {}
-    for plugin in list_plugins():
-        tool = plugin.tools.get(BUDGET_TOOL)
-        if tool is None:
-            out[plugin.name] = f"offers no {BUDGET_TOOL!r} tool"
-            continue
-        try:
-            out[plugin.name] = list(tool(budget))
-        except ValueError as exc:
-            out[plugin.name] = str(exc)
-    return out
+    return ask(budget)
 
 
 # -- full pipeline -----------------------------------------------------------------------------------

@@ -198,6 +198,10 @@ def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
     else:
         raise ValueError(f"--vanilla {vanilla!r} is not one of the runs {names} nor {PAPER_BASELINE_NAME!r}")
     result = Comparison(runs=list(runs), vanilla=vanilla, benchmarks=ordered_benchmarks([r.scores for r in runs]))
+    zero = [key for key, value in reference.items() if value == 0]
+    if zero:  # a ratio to 0 is undefined: those benchmarks cannot enter anyone's Acc.
+        result.notes.append(f"{', '.join(zero)} left out of Acc.: {vanilla} scored 0")
+        reference = {key: value for key, value in reference.items() if value != 0}
     for run in runs:
         try:
             result.acc[run.name], result.relative[run.name] = normalized_accuracy(run.scores, reference)
@@ -205,7 +209,7 @@ def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
             result.acc[run.name] = None
             result.notes.append(f"{run.name}: no Acc. ({exc})")
             continue
-        left_out = [key for key in result.benchmarks if key not in result.relative[run.name]]
+        left_out = [key for key in result.benchmarks if key not in result.relative[run.name] and key not in zero]
         if left_out:
             result.notes.append(f"{run.name}: Acc. over {len(result.relative[run.name])} benchmarks (missing {', '.join(left_out)})")
     placed = [run for run in runs if run.flops is not None and result.acc[run.name] is not None]

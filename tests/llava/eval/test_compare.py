@@ -110,3 +110,10 @@ def test_cost_from_a_checkpoint_and_errors(tmp_path: Path, tiny_llava_checkpoint
         cmp.main(["--results", f"a={scores}", "--vanilla", "a", "--cost", f"a={tmp_path / 'bad.json'}"])
     with pytest.raises(SystemExit, match="run names must be unique"):
         cmp.main(["--results", f"a={scores}", "--results", f"a={scores}", "--vanilla", "a"])
+
+
+def test_a_benchmark_vanilla_scored_zero_is_left_out_of_acc():
+    runs = [cmp.Run("v", {"a": 0.0, "b": 50.0}, flops=2.0), cmp.Run("c", {"a": 10.0, "b": 25.0}, flops=1.0)]
+    result = cmp.compare(runs, "v")
+    assert result.acc == {"v": 100.0, "c": 50.0} and result.front == ["c", "v"]
+    assert "a left out of Acc.: v scored 0" in result.notes
