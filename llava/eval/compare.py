@@ -5,8 +5,8 @@ Usage::
 
     python -m llava.eval.compare \\
         --results vanilla=playground/data/eval/results/llava-v1.5-7b \\
-        --results braco_k16=playground/data/eval/results/llava-v1.5-7b-braco_k16 \\
-        --checkpoint vanilla=checkpoints/llava-v1.5-7b --checkpoint braco_k16=checkpoints/llava-v1.5-7b-braco_k16 \\
+        --results small=playground/data/eval/results/llava-v1.5-7b-k16 \\
+        --checkpoint vanilla=checkpoints/llava-v1.5-7b --checkpoint small=checkpoints/llava-v1.5-7b-k16 \\
         --vanilla vanilla --out table.md --figure pareto.png [--json table.json] [--prompt-tokens 52]
 
 ``--results NAME=PATH`` (repeatable; ``PATH`` alone names the run by its folder): a results folder as the

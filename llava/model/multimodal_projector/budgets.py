@@ -3,7 +3,7 @@
 A plugin that can give a budget offers ``tools["projectors_at_budget"]``: ``(budget: int) -> list[str]``, the
 projector types (``mm_projector_type`` values) that send ``budget`` visual tokens per view, or a ``ValueError``
 with one sentence when it cannot (e.g. a region method whose regions must divide the grid). The quickstart's
-``--projectors all`` and ``braco cost --projector all`` expand through :func:`projectors_at_budget`.
+``--projectors all`` and the cost command's ``--projector all`` expand through :func:`projectors_at_budget`.
 """
 
 from __future__ import annotations

@@ -146,3 +146,14 @@ def test_table_compressors_command(capsys):
     methods = [r["method"] for r in result["compressors"]["16"]]
     assert set(methods) == {"braco", "prumerge", "divprune", "mqt", "quecc", "tokenpacker", "fourier_vlm"}
     assert all(r["paper_gflops"] is None for r in result["compressors"]["9"])  # the paper's table is K = 16 only
+
+
+def test_fourier_vlm_and_prumerge_split_against_direct_formulas():
+    setting = cost_setting(get_preset("llava-v1.5-7b"))
+    mlp16 = 2 * 16 * 1024 * 4096 + 2 * 16 * 4096 * 4096
+    fourier = baseline_module_flops("fourier_vlm", 16, setting)
+    assert (fourier.pre, fourier.post, fourier.tokens) == (2 * 16 * 576 * 1024, 2 * 16 * 576 * 1024 + mlp16, 16)
+    prumerge = baseline_module_flops("prumerge", 16, setting)  # 15 kept + the extra token, scores from the tower
+    merge = 2 * 15 * 576 * 1024 * 2 + 15 * 1024  # key similarity + dense merge + centre add
+    extra = 2 * 576 * 1024 + 576
+    assert prumerge.pre == merge + extra and prumerge.post == prumerge.pre + mlp16
