@@ -1,15 +1,18 @@
 """``braco cost``: analytic (and optionally measured) cost of a LLaVA-style prefill with Braco.
 
     braco cost [--preset llava-v1.5-7b | --config PATH [--vision-config PATH]] [--input-tokens N]
-               [--budgets 4 9 16 25 | --projector braco_c3s7 ...] [--prompt-tokens 52]
+               [--budgets 4 9 16 25 | --projector braco_c3s7 mlp2x_gelu TYPE ... | --projector all] [--prompt-tokens 52]
+               [--table pipeline|compressors] [--question-tokens 7]
                [--count-attention | --no-count-attention] [--lm-head all|last] [--vision-layers all|selected|N]
                [--json FILE]
                [--measure [--device cpu|cuda] [--dtype D] [--warmup 20] [--iters 100] [--batch-sizes 1 2 4 ...]
                 [--layers N] [--fast none|compile|cudagraph] [--parts boundary pipeline]]
 
 Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1), (b) the compressor per
-paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--measure``,
-(d) measured compressor latency/memory/FLOPs and (e) measured full-pipeline prefill. The defaults are the
+paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
+every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`.projectors`); with ``--measure``,
+(d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
+``--table compressors`` prints (f) instead: the paper's module-cost table, method by method (:mod:`.types`). The defaults are the
 accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`). Also ``python -m braco_patch.cost``.
 """
 

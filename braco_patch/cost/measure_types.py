@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .flops import elementwise
 from .measure import MeasureOptions, _measure
 from .presets import PipelineSpec
 from .projectors import CostSetting, module_cost
@@ -75,9 +76,10 @@ def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting
             cost = module_cost(name, setting, config)
             prompt_pass = inputs is not None and inputs.prompt is not None
             analytic = cost.post * batch
+            matmul = analytic - elementwise(cost.module) * batch  # elementwise parts: what the profiler calls add/mul
             call = (lambda: projector(features)) if inputs is None else (lambda: projector(features, inputs))
             with torch.no_grad():
-                row = _measure(call, opts, analytic, analytic)
+                row = _measure(call, opts, analytic, matmul)
             rows.append({"batch": batch, "variant": name, "boundary": "post", "tokens": cost.tokens,
                          "note": "LLM prompt pass not run (identity)" if prompt_pass else "", **row})
     return rows
