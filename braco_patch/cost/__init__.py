@@ -6,7 +6,7 @@
 - :mod:`.report` — the tables; :mod:`.measure` — measured latency/memory/profiler FLOPs;
 - :mod:`.fast` — ``torch.compile`` / CUDA-graph fast paths; :mod:`.cli` — the command;
 - :mod:`.projectors` — any projector type's cost, asked of its plugin (the ``module_flops`` tool contract);
-  :mod:`.baselines` — the baselines' counts in that form; :mod:`.types` — tables over types and methods;
+  :mod:`.baselines` — the baselines' counts in that form; :mod:`.by_type` — tables over types and methods;
   :mod:`.measure_types` — each type measured as built.
 """
 

@@ -12,7 +12,7 @@ Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1)
 paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
 every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`.projectors`); with ``--measure``,
 (d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
-``--table compressors`` prints (f) instead: the paper's module-cost table, method by method (:mod:`.types`). The defaults are the
+``--table compressors`` prints (f) instead: the paper's module-cost table, method by method (:mod:`.by_type`). The defaults are the
 accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`). Also ``python -m braco_patch.cost``.
 """
 
@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ from .fast import FAST_MODES
 from .flops import CONVENTION, check_allocation
 from .pipeline import Accounting
 from .presets import PipelineSpec, get_preset, list_presets, load_spec
-from .types import compressors_table, cost_setting, expand_types, format_compressors, format_types, types_table
+from .by_type import compressors_table, cost_setting, expand_types, format_compressors, format_types, types_table
 from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table, unit_for
 
 __all__ = ["main", "run", "build_parser"]
@@ -133,6 +134,14 @@ def _types(args: argparse.Namespace, spec: PipelineSpec | None = None) -> list[s
     return expand_types(names, args.budgets, cost_setting(spec) if spec is not None else None)
 
 
+def _checkpoint_config(args: argparse.Namespace) -> SimpleNamespace | None:
+    """The ``--config`` file's values (its projector type is costed with its own stored settings)."""
+    if args.config is None:
+        return None
+    path = Path(args.config)
+    return SimpleNamespace(**json.loads((path / "config.json" if path.is_dir() else path).read_text()))
+
+
 def _run_compressors(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
     setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention)
     print(f"FLOPs convention: {CONVENTION} (braco_patch/cost/flops.py)")
@@ -173,7 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     types = _types(args, spec)
     setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
     if args.projector:
-        result["types"] = types_table(spec, types, acc, setting)
+        result["types"] = types_table(spec, types, acc, setting, _checkpoint_config(args))
         print("\n" + format_types(result["types"], spec, acc))
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)

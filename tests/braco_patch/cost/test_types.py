@@ -14,7 +14,7 @@ from braco_patch.cost.cli import main
 from braco_patch.cost.flops import LMDims
 from braco_patch.cost.presets import get_preset, load_spec
 from braco_patch.cost.projectors import CostSetting, ModuleCost, module_cost, projector_pipeline_flops
-from braco_patch.cost.types import compressors_table, cost_setting
+from braco_patch.cost.by_type import compressors_table, cost_setting
 from llava.model.multimodal_projector.builder import mlp_projector
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, register_plugin, unregister_plugin
 

@@ -128,14 +128,20 @@ def _fits(projector_type: str, setting: CostSetting) -> bool:
     return True
 
 
-def types_table(spec: PipelineSpec, types: Sequence[str], acc: Accounting, setting: CostSetting) -> list[dict[str, Any]]:
-    """K, boundary, pre/post module FLOPs and full-pipeline FLOPs of each projector type (vanilla ``mlp2x_gelu`` first)."""
+def types_table(
+    spec: PipelineSpec, types: Sequence[str], acc: Accounting, setting: CostSetting, config: Any = None
+) -> list[dict[str, Any]]:
+    """K, boundary, pre/post module FLOPs and full-pipeline FLOPs of each projector type (vanilla ``mlp2x_gelu`` first).
+
+    ``config``: a checkpoint's config; the type it names is costed with its stored settings.
+    """
     rows = []
     for name in dict.fromkeys([f"mlp{spec.projector_depth}x_gelu", *types]):
-        cost = module_cost(name, setting)
+        own = config if config is not None and getattr(config, "mm_projector_type", None) == name else None
+        cost = module_cost(name, setting, own)
         pipe = projector_pipeline_flops(
             spec, name, prompt_tokens=acc.prompt_tokens, count_attention=acc.count_attention, lm_head=acc.lm_head,
-            vision_layers=acc.vision_layers, computation=acc.computation, question_tokens=setting.prompt_tokens,
+            vision_layers=acc.vision_layers, computation=acc.computation, question_tokens=setting.prompt_tokens, config=own,
         )
         rows.append({"type": name, **cost.to_dict(), "pipeline": pipe})
     return rows
