@@ -158,3 +158,19 @@ def test_fourier_vlm_and_prumerge_split_against_direct_formulas():
     merge = 2 * 15 * 576 * 1024 * 2 + 15 * 1024  # key similarity + dense merge + centre add
     extra = 2 * 576 * 1024 + 576
     assert prumerge.pre == merge + extra and prumerge.post == prumerge.pre + mlp16
+
+
+def test_a_checkpoint_config_is_costed_with_its_stored_settings(tmp_path, tiny_llava):
+    from braco_patch.config import BracoConfig
+    from braco_patch.cost.flops import compressor_flops, total
+
+    values = json.loads(tiny_llava.read_text())
+    values.update(mm_projector_type="braco_c1s3", mm_fourier_spatial_hidden_mult=0.0)  # a one-layer scorer
+    tiny_llava.write_text(json.dumps(values))
+    result = main(["--config", str(tiny_llava), "--projector", "braco_c1s3", "braco_c1s3_coef"])
+    rows = {r["type"]: r for r in result["types"]}
+    stored = BracoConfig(cutoff=1, residual_tokens=3, scorer_hidden_mult=0.0)
+    assert rows["braco_c1s3"]["pre"] == total(compressor_flops(stored, 32, (4, 4), "official"))
+    # the other type is not the checkpoint's: the paper's default two-layer scorer
+    assert rows["braco_c1s3_coef"]["pre"] == total(compressor_flops(BracoConfig(cutoff=1, residual_tokens=3, coordinates="coef"), 32, (4, 4), "official"))
+    assert rows["braco_c1s3"]["pre"] < rows["braco_c1s3_coef"]["pre"]
