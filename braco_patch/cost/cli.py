@@ -187,23 +187,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
         if args.projector:
-            result["measure"]["types"] = _measure_types(args, spec, types, setting)
+            result["measure"]["types"] = _measure_types(args, spec, types, setting, acc)
     return result
 
 
-def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting) -> list[dict[str, Any]]:
+def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting, acc: Accounting) -> dict[str, Any]:
     from . import measure
-    from .measure_types import measure_types
+    from .measure_types import measure_pipeline_types, measure_types
 
     device = measure.resolve_device(args.device)
+    cap = args.vision_layers if isinstance(args.vision_layers, int) else None
     opts = measure.MeasureOptions(device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0),
-                                  iters=args.iters, batch_sizes=tuple(args.batch_sizes))
+                                  iters=args.iters, batch_sizes=tuple(args.batch_sizes), llm_layers=args.layers, vision_layers=cap)
     # the measured call runs our coder, so the analytic figure next to it is our computation
     with_vanilla = list(dict.fromkeys([f"mlp{spec.projector_depth}x_gelu", *types]))
-    rows = measure_types(spec, with_vanilla, dataclasses.replace(setting, computation="ours"), opts)
-    print(_format_measured(rows, "(h) projector types as built (whole module: the post-projector boundary); "
-                                 "a prompt-conditioned module's LLM pass is not run, its analytic count includes it"))
-    return rows
+    ours = dataclasses.replace(setting, computation="ours")
+    out: dict[str, Any] = {}
+    if "boundary" in args.parts:
+        out["module"] = measure_types(spec, with_vanilla, ours, opts)
+        print(_format_measured(out["module"], "(h) projector types as built (whole module: the post-projector boundary); "
+                                              "a prompt-conditioned module's LLM pass is not run, its analytic count includes it"))
+    if "pipeline" in args.parts:
+        out["pipeline"] = measure_pipeline_types(spec, with_vanilla, acc, ours, opts)
+        print(_format_measured(out["pipeline"], "(i) full-pipeline prefill per projector type (analytic: same capped layers, "
+                                                "attention scores not counted, our computation)"))
+    return out
 
 
 def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]:

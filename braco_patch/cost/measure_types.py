@@ -25,7 +25,7 @@ from .measure import MeasureOptions, _measure
 from .presets import PipelineSpec
 from .projectors import CostSetting, module_cost
 
-__all__ = ["build_projector", "compressor_inputs", "measure_types"]
+__all__ = ["build_projector", "compressor_inputs", "measure_types", "measure_pipeline_types"]
 
 
 def build_projector(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.Module, Any]:
@@ -82,4 +82,55 @@ def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting
                 row = _measure(call, opts, analytic, matmul)
             rows.append({"batch": batch, "variant": name, "boundary": "post", "tokens": cost.tokens,
                          "note": "LLM prompt pass not run (identity)" if prompt_pass else "", **row})
+    return rows
+
+
+class WithInputs(torch.nn.Module):
+    """``projector(features, inputs)`` behind a one-argument call, for the prefill pipeline.
+
+    ``inputs`` (random tower layers/attention/prompt at the features' shape, see :func:`compressor_inputs`) are
+    made once per batch size and reused, so the timed call does not include making them.
+    """
+
+    def __init__(self, projector: torch.nn.Module, make: Any) -> None:
+        super().__init__()
+        self.projector, self.make, self.cache = projector, make, {}
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        batch = features.shape[0]
+        if batch not in self.cache:
+            self.cache[batch] = self.make(batch)
+        inputs = self.cache[batch]
+        inputs.features = features
+        return self.projector(features, inputs)
+
+
+def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, setting: CostSetting, opts: MeasureOptions) -> list[dict[str, Any]]:
+    """Full prefill (random tower → projector type as built → random LLM) per (batch, type), as :mod:`.measure` does
+    for Braco allocations; the analytic figure is the same capped count, attention scores not counted (the profiler
+    does not count SDPA), our computation."""
+    from .measure import RandomPipeline
+    from .projectors import projector_pipeline_flops
+
+    pipe = RandomPipeline(spec, opts, acc.lm_head)
+    inp = spec.inputs[0]
+    rows = []
+    for batch in opts.batch_sizes:
+        for name in types:
+            torch.manual_seed(0)
+            projector, config = build_projector(spec, name)
+            projector = projector.to(opts.device, opts.dtype).eval()
+            _, probe = compressor_inputs(spec, config, 1, setting.prompt_tokens, opts.device, opts.dtype)
+            if probe is not None:
+                projector = WithInputs(projector, lambda b, c=config: compressor_inputs(spec, c, b, setting.prompt_tokens, opts.device, opts.dtype)[1])
+            cost = projector_pipeline_flops(
+                spec, name, prompt_tokens=acc.prompt_tokens, lm_head=acc.lm_head, computation="ours",
+                question_tokens=setting.prompt_tokens, llm_layers=opts.llm_layers, vision_layer_cap=opts.vision_layers,
+            )
+            pixels, text = pipe.inputs(batch, inp.image_size, inp.views, acc.prompt_tokens)
+            with torch.no_grad():
+                row = _measure(lambda: pipe.prefill(projector, pixels, text), opts, cost["total"] * batch,
+                               (cost["total"] - cost["elementwise"]) * batch)
+            rows.append({"input": inp.label, "batch": batch, "variant": name, "llm_tokens": cost["visual_tokens"] + acc.prompt_tokens,
+                         "note": "prompt-conditioned: LLM question pass not run" if probe is not None and probe.prompt is not None else "", **row})
     return rows

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal, Mapping
 
-from .flops import LMDims, llm_prefill_flops, projector_flops, total, vision_layers_run, vision_tower_flops
+from .flops import LMDims, elementwise, llm_prefill_flops, projector_flops, total, vision_layers_run, vision_tower_flops
 
 __all__ = [
     "CostSetting",
@@ -180,8 +180,11 @@ def projectors_at_budget(budget: int) -> dict[str, list[str] | str]:
 def projector_pipeline_flops(
     spec: Any, projector_type: str, *, prompt_tokens: int, count_attention: bool = False, lm_head: str = "all",
     vision_layers: str = "all", computation: str = "official", question_tokens: int = 7, config: Any = None,
+    llm_layers: int | None = None, vision_layer_cap: int | None = None,
 ) -> dict[str, Any]:
     """One image's prefill FLOPs through ``projector_type`` on ``spec`` (a :class:`~.presets.PipelineSpec`), first input.
+
+    ``llm_layers`` / ``vision_layer_cap`` cap the layer counts (to match a capped measured run).
 
     Returns:
         ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary"}``.
@@ -194,14 +197,20 @@ def projector_pipeline_flops(
     cost = module_cost(projector_type, setting, config)
     vdims = spec.vision_dims
     layers = vision_layers_run(vdims, spec.select_layer, vision_layers)
+    if vision_layer_cap is not None:
+        layers = min(layers, vision_layer_cap)
     vision = total(vision_tower_flops(vdims, image_size=inp.image_size, layers=layers, count_attention=count_attention))
     visual = cost.tokens * inp.views
-    llm = total(llm_prefill_flops(spec.lm_dims, visual + prompt_tokens, count_attention=count_attention, lm_head=lm_head))
+    lm = spec.lm_dims.capped(llm_layers)
+    llm = total(llm_prefill_flops(lm, visual + prompt_tokens, count_attention=count_attention, lm_head=lm_head))
     parts = {
         "vision": vision * inp.views, "compressor": cost.pre * inp.views,
         "projector": total(cost.projector) * inp.views, "llm": llm,
     }
-    return {"visual_tokens": visual, "total": sum(parts.values()), **parts, "boundary": cost.boundary}
+    return {
+        "visual_tokens": visual, "total": sum(parts.values()), **parts, "boundary": cost.boundary,
+        "elementwise": elementwise(cost.module) * inp.views,
+    }
 
 
 def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:

@@ -74,11 +74,23 @@ def test_all_expands_from_the_registry_and_is_measured(toy_plugin, tiny_llava, t
     assert types["mlp2x_gelu"]["post"] == types["toykeep_k4"]["post"]  # the same MLP on the same N tokens
     # the LLM of the pipeline sees K + prompt tokens: 4 + 52 vs 16 + 52
     assert types["toykeep_k4"]["pipeline"]["llm"] < types["mlp2x_gelu"]["pipeline"]["llm"]
-    measured = {r["variant"]: r for r in saved["measure"]["types"]}
+    measured = {r["variant"]: r for r in saved["measure"]["types"]["module"]}
     for name in ("mlp2x_gelu", "toykeep_k4"):  # torch.profiler counts the same matrix products
         assert measured[name]["status"] == "ok" and measured[name]["profiler_matmul"] == measured[name]["analytic"]
     braco = measured["braco_k4"]  # coder (our computation) + MLP: the elementwise parts are what the profiler calls add/mul
     assert braco["status"] == "ok" and braco["median_ms"] > 0 and braco["profiler_matmul"] == braco["analytic_matmul"] < braco["analytic"]
+
+
+def test_full_prefill_of_every_type_is_measured(toy_plugin, tiny_llava, tmp_path, capsys):
+    out = tmp_path / "cost.json"
+    main(["--config", str(tiny_llava), "--projector", "all", "--budgets", "4", "--measure", "--device", "cpu", "--warmup", "0",
+          "--iters", "1", "--parts", "pipeline", "--layers", "1", "--prompt-tokens", "5", "--json", str(out)])
+    assert "(i) full-pipeline prefill per projector type" in capsys.readouterr().out
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["measure"]["types"]["pipeline"]}
+    assert set(rows) == {"mlp2x_gelu", "braco_k4", "toykeep_k4"}
+    for name, row in rows.items():  # tower + projector + one LLM layer: the profiler counts what we count
+        assert row["status"] == "ok" and row["profiler_matmul"] == row["analytic_matmul"], name
+    assert rows["toykeep_k4"]["llm_tokens"] == 4 + 5 and rows["mlp2x_gelu"]["llm_tokens"] == 16 + 5
 
 
 def test_a_refused_budget_leaves_the_plugin_out(toy_plugin, tiny_llava, capsys):
