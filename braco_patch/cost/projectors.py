@@ -40,13 +40,10 @@ __all__ = [
     "projector_tool",
     "projectors_at_budget",
     "TOOL",
-    "BUDGET_TOOL",
 ]
 
 #: Name of the per-projector cost tool every compressor plugin offers.
 TOOL = "module_flops"
-#: Name of the tool that lists a plugin's projector types giving ``budget`` visual tokens per view.
-BUDGET_TOOL = "projectors_at_budget"  # the same name as llava.model.multimodal_projector.budgets.BUDGET_TOOL
 
 
 @dataclass(frozen=True)

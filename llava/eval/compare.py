@@ -30,7 +30,6 @@ front when no other run has at most its FLOPs and at least its Acc. with one of 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
