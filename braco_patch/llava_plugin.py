@@ -21,10 +21,7 @@ rebuilds the same module with no flags.
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch.nn as nn
@@ -183,32 +180,30 @@ PLUGIN = register_plugin(
         needs=ModelNeeds(square_grid=True),
         boundary="pre",
         view=_view,
-        tools={"prefill_flops": lambda checkpoint_dir, prompt_tokens: checkpoint_prefill_flops(checkpoint_dir, prompt_tokens)},
+        tools={
+            "prefill_flops": lambda checkpoint_dir, prompt_tokens: checkpoint_prefill_flops(checkpoint_dir, prompt_tokens),
+            "module_flops": lambda config, setting: _module_flops(config, setting),
+            "projectors_at_budget": lambda budget: [f"{PROJECTOR_PREFIX}k{BracoConfig.from_budget(budget).output_tokens}"],
+        },
     )
 )
 
 
-def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
-    """Analytic FLOPs of one image's prefill through a saved checkpoint (:mod:`braco_patch.cost`).
+def _module_flops(config: Any, setting: Any) -> Any:
+    from .cost.projectors import braco_module_flops
 
-    Counted: the whole vision tower, the projector (and Braco coder), and the LLM over the visual tokens plus
-    ``prompt_tokens`` text tokens, attention scores included, LM head on the last position only.
+    return braco_module_flops(config, setting)
+
+
+def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
+    """Analytic FLOPs of one image's prefill through a saved checkpoint of any projector type.
+
+    Delegates to :func:`braco_patch.cost.projectors.checkpoint_prefill_flops`, which asks the checkpoint's
+    plugin for its module cost (``module_flops``), so this tool serves every compressor, not only Braco.
 
     Returns:
-        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "accounting"}``.
+        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "accounting"}``.
     """
-    from .cost import Accounting, load_spec, pipeline_cost
+    from .cost.projectors import checkpoint_prefill_flops as generic
 
-    config_file = Path(checkpoint_dir) / "config.json"
-    config = json.loads(config_file.read_text())
-    spec = load_spec(config_file)
-    projector_type = config.get("mm_projector_type") or "linear"
-    allocation = None
-    if PLUGIN.matches(projector_type):
-        allocation = braco_config_from_model_config(SimpleNamespace(**config), projector_type)
-    accounting = Accounting(prompt_tokens=prompt_tokens, count_attention=True, lm_head="last", vision_layers="all", computation="ours")
-    cost = pipeline_cost(spec, spec.inputs[0], allocation, accounting)
-    return {
-        "visual_tokens": cost.visual_tokens, "total": cost.total, "vision": cost.vision, "compressor": cost.compressor,
-        "projector": cost.projector, "llm": cost.llm, "accounting": accounting.describe(),
-    }
+    return generic(checkpoint_dir, prompt_tokens)

@@ -4,7 +4,10 @@
 - :mod:`.presets` — the paper's pipelines and local ``config.json`` files;
 - :mod:`.pipeline` — full-pipeline accounting (:class:`Accounting`; defaults reproduce the paper);
 - :mod:`.report` — the tables; :mod:`.measure` — measured latency/memory/profiler FLOPs;
-- :mod:`.fast` — ``torch.compile`` / CUDA-graph fast paths; :mod:`.cli` — the command.
+- :mod:`.fast` — ``torch.compile`` / CUDA-graph fast paths; :mod:`.cli` — the command;
+- :mod:`.projectors` — any projector type's cost, asked of its plugin (the ``module_flops`` tool contract);
+  :mod:`.baselines` — the baselines' counts in that form; :mod:`.by_type` — tables over types and methods;
+  :mod:`.measure_types` — each type measured as built.
 """
 
 from .flops import (
@@ -20,10 +23,13 @@ from .flops import (
 )
 from .pipeline import Accounting, PipelineCost, pipeline_cost
 from .presets import PipelineSpec, get_preset, list_presets, load_spec
+from .projectors import CostSetting, ModuleCost, module_cost
 
 __all__ = [
     "Accounting",
+    "CostSetting",
     "LMDims",
+    "ModuleCost",
     "PipelineCost",
     "PipelineSpec",
     "VisionDims",
@@ -32,6 +38,7 @@ __all__ = [
     "list_presets",
     "llm_prefill_flops",
     "load_spec",
+    "module_cost",
     "official_compressor_flops",
     "ours_compressor_flops",
     "pipeline_cost",

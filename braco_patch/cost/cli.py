@@ -1,34 +1,40 @@
 """``braco cost``: analytic (and optionally measured) cost of a LLaVA-style prefill with Braco.
 
     braco cost [--preset llava-v1.5-7b | --config PATH [--vision-config PATH]] [--input-tokens N]
-               [--budgets 4 9 16 25 | --projector braco_c3s7 ...] [--prompt-tokens 52]
+               [--budgets 4 9 16 25 | --projector braco_c3s7 mlp2x_gelu TYPE ... | --projector all] [--prompt-tokens 52]
+               [--table pipeline|compressors] [--question-tokens 7]
                [--count-attention | --no-count-attention] [--lm-head all|last] [--vision-layers all|selected|N]
                [--json FILE]
                [--measure [--device cpu|cuda] [--dtype D] [--warmup 20] [--iters 100] [--batch-sizes 1 2 4 ...]
                 [--layers N] [--fast none|compile|cudagraph] [--parts boundary pipeline]]
 
 Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1), (b) the compressor per
-paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--measure``,
-(d) measured compressor latency/memory/FLOPs and (e) measured full-pipeline prefill. The defaults are the
+paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
+every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`.projectors`); with ``--measure``,
+(d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
+``--table compressors`` prints (f) instead: the paper's module-cost table, method by method (:mod:`.by_type`). The defaults are the
 accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`). Also ``python -m braco_patch.cost``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from ..argtypes import positive_int
-from ..config import BracoConfig
+from ..config import NAME_PATTERN, PROJECTOR_PREFIX, BracoConfig
 from .fast import FAST_MODES
 from .flops import CONVENTION, check_allocation
 from .pipeline import Accounting
 from .presets import PipelineSpec, get_preset, list_presets, load_spec
+from .by_type import compressors_table, cost_setting, expand_types, format_compressors, format_types, types_table
 from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table, unit_for
 
 __all__ = ["main", "run", "build_parser"]
@@ -57,7 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--vision-config", "--vision_config", default=None, help="vision tower config.json or folder (CLIP/SigLIP)")
     src.add_argument("--input-tokens", "--input_tokens", default=None, help="only this input setting (e.g. 729, 1024, 3645)")
     src.add_argument("--budgets", type=positive_int, nargs="+", default=[4, 9, 16, 25], help="total budgets K per view")
-    src.add_argument("--projector", nargs="+", default=None, help="Braco allocations instead of --budgets, e.g. braco_c3s7 c4s9_idct")
+    src.add_argument("--projector", nargs="+", default=None,
+                     help="projector types instead of --budgets: Braco allocations (braco_c3s7, c4s9_idct) feed tables (a)-(c); "
+                          "every type (any registered one, e.g. mlp2x_gelu, or 'all' = every plugin's types at --budgets) gets table (g)")
+    src.add_argument("--table", choices=["pipeline", "compressors"], default="pipeline",
+                     help="pipeline: tables (a)-(c) (+ (g) for --projector); compressors: the paper's module-cost table "
+                          "(tab:main_compressor_cost) at each of --budgets, method by method")
+    src.add_argument("--question-tokens", "--question_tokens", type=int, default=7,
+                     help="question tokens of a prompt-conditioned module's LLM pass (QueCC; default %(default)s)")
     acc = p.add_argument_group("accounting (defaults reproduce the paper)")
     acc.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=Accounting.prompt_tokens,
                      help="text tokens in the prompt besides the visual tokens (default %(default)s)")
@@ -91,9 +104,17 @@ def _spec(args: argparse.Namespace) -> PipelineSpec:
     return get_preset(args.preset or "llava-v1.5-7b")
 
 
+def _braco_allocation(name: str) -> BracoConfig | None:
+    """The allocation a Braco name means (``braco_c3s7``, ``c4s9_idct``, ``braco_k16``), else ``None``."""
+    try:
+        return BracoConfig.from_name(name)
+    except ValueError:
+        return None
+
+
 def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[BracoConfig]:
     if args.projector:
-        allocations = [BracoConfig.from_name(name) for name in args.projector]
+        allocations = [a for a in map(_braco_allocation, _types(args, spec)) if a is not None]
     else:
         allocations = [BracoConfig.from_budget(k) for k in args.budgets]
     for inp in inputs:
@@ -103,8 +124,39 @@ def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[B
     return allocations
 
 
+def _types(args: argparse.Namespace, spec: PipelineSpec | None = None) -> list[str]:
+    """``--projector`` with ``all`` expanded at ``--budgets`` (empty without ``--projector``); with ``spec``,
+    the types ``all`` gives that do not fit its grid are left out."""
+    if not args.projector:
+        return []
+    # a bare Braco allocation (c3s7, k16) is the projector type braco_c3s7 / braco_k16
+    names = [f"{PROJECTOR_PREFIX}{name}" if NAME_PATTERN.fullmatch(name) else name for name in args.projector]
+    return expand_types(names, args.budgets, cost_setting(spec) if spec is not None else None)
+
+
+def _checkpoint_config(args: argparse.Namespace) -> SimpleNamespace | None:
+    """The ``--config`` file's values (its projector type is costed with its own stored settings)."""
+    if args.config is None:
+        return None
+    path = Path(args.config)
+    return SimpleNamespace(**json.loads((path / "config.json" if path.is_dir() else path).read_text()))
+
+
+def _run_compressors(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
+    setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention)
+    print(f"FLOPs convention: {CONVENTION} (braco_patch/cost/flops.py)")
+    tables = {}
+    for budget in args.budgets:
+        rows = compressors_table(setting, budget)
+        print(format_compressors(rows, setting, budget), end="\n\n")
+        tables[str(budget)] = rows
+    return {"pipeline_name": spec.name, "convention": CONVENTION, "compressors": tables}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build every table (and measurement) for parsed ``args``; prints them; returns the JSON-able result."""
+    if args.table == "compressors":
+        return _run_compressors(args, _spec(args))
     if args.measure:  # refuse what this machine cannot run before printing anything
         from .measure import resolve_device
 
@@ -127,9 +179,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(format_pipeline(result["pipeline"], spec, inputs, acc), end="\n\n")
     print(format_stages(result["stages"]), end="\n\n")
     print(format_boundary(result["boundary"], spec))
+    types = _types(args, spec)
+    setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
+    if args.projector:
+        result["types"] = types_table(spec, types, acc, setting, _checkpoint_config(args))
+        print("\n" + format_types(result["types"], spec, acc))
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
+        if args.projector:
+            result["measure"]["types"] = _measure_types(args, spec, types, setting, acc)
     return result
+
+
+def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting, acc: Accounting) -> dict[str, Any]:
+    from . import measure
+    from .measure_types import measure_pipeline_types, measure_types
+
+    device = measure.resolve_device(args.device)
+    cap = args.vision_layers if isinstance(args.vision_layers, int) else None
+    opts = measure.MeasureOptions(device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0),
+                                  iters=args.iters, batch_sizes=tuple(args.batch_sizes), llm_layers=args.layers, vision_layers=cap)
+    # the measured call runs our coder, so the analytic figure next to it is our computation
+    with_vanilla = list(dict.fromkeys([f"mlp{spec.projector_depth}x_gelu", *types]))
+    ours = dataclasses.replace(setting, computation="ours")
+    out: dict[str, Any] = {}
+    if "boundary" in args.parts:
+        out["module"] = measure_types(spec, with_vanilla, ours, opts)
+        print(_format_measured(out["module"], "(h) projector types as built (whole module: the post-projector boundary); "
+                                              "a prompt-conditioned module's LLM pass is not run, its analytic count includes it"))
+    if "pipeline" in args.parts:
+        out["pipeline"] = measure_pipeline_types(spec, with_vanilla, acc, ours, opts)
+        print(_format_measured(out["pipeline"], "(i) full-pipeline prefill per projector type (analytic: same capped layers, "
+                                                "attention scores not counted, our computation)"))
+    return out
 
 
 def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]:

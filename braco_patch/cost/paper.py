@@ -33,3 +33,15 @@ BOUNDARY_NOTE = (
     "c2s0 = c3s0 = 0.152 G = 2 x 56.623 (DCT) + 38.928 (PE) MFLOP, i.e. the module-level figures count the "
     "full-lattice DCT twice; this tool counts it once"
 )
+
+#: ``tab:main_compressor_cost`` (K = 16, A100, one image): method → (boundary, Acc. %, latency ms, GFLOPs, memory MB).
+#: Braco appears twice (pre and post); keys are ``method`` or ``method@boundary``.
+COMPRESSOR_COST_K16: dict[str, tuple[str, float, float, float, float]] = {
+    "quecc": ("pre", 93.9, 17.864, 109.504, 14.875),
+    "mqt": ("pre", 90.2, 5.154, 2.674, 11.336),
+    "prumerge": ("pre", 76.2, 3.300, 0.724, 13.749),
+    "braco@pre": ("pre", 94.0, 1.073, 1.389, 8.731),
+    "tokenpacker": ("post", 93.7, 1.004, 15.271, 15.125),
+    "divprune": ("post", 83.2, 1.061, 29.603, 23.008),
+    "braco@post": ("post", 94.0, 1.270, 2.060, 8.731),
+}

@@ -90,6 +90,12 @@ def benchmark_key(name: str) -> str:
     raise ValueError(f"unknown benchmark {name!r}; expected one of {', '.join(BENCHMARKS)}")
 
 
+def ordered_benchmarks(score_sets: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every benchmark key in ``score_sets``: Table 1's in its order, then others in order of appearance."""
+    seen = [key for scores in score_sets for key in scores]
+    return [key for key in BENCHMARKS if key in seen] + list(dict.fromkeys(key for key in seen if key not in BENCHMARKS))
+
+
 def _score_value(value: Any, where: str) -> float:
     if isinstance(value, Mapping):
         if "score" not in value:
@@ -152,7 +158,7 @@ class Summary:
 
 
 def normalized_accuracy(scores: Mapping[str, float], baseline: Mapping[str, float]) -> tuple[float, dict[str, float]]:
-    """The paper's Acc.: ``100 * mean_b(s_b / s_b^baseline)`` over benchmarks both have.
+    """The paper's Acc.: ``100 * mean_b(s_b / s_b^baseline)`` over benchmarks both have (Table 1's and any other keys).
 
     Returns:
         ``(Acc., {benchmark: 100 * s_b / s_b^baseline})``.
@@ -160,7 +166,7 @@ def normalized_accuracy(scores: Mapping[str, float], baseline: Mapping[str, floa
     Raises:
         ValueError: If no benchmark is shared, or a baseline score is zero.
     """
-    shared = [key for key in BENCHMARKS if key in scores and key in baseline]
+    shared = [key for key in ordered_benchmarks([scores]) if key in baseline]
     if not shared:
         raise ValueError("the run and the baseline have no benchmark in common")
     relative = {}

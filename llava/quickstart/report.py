@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llava.eval.compare import Comparison, Run, compare
+from llava.eval.compare import format_table as compare_table
 from llava.eval.files import read_jsonl
 
 
@@ -100,42 +103,56 @@ class RunResult:
         return sum(self.seconds.values())
 
 
-COLUMNS = ("projector", "visual tokens", "accuracy", "chance", "prefill MFLOPs", "train s", "eval s", "wall s")
+#: The built-in projector every compressor is normalised by (upstream's ``mlp{N}x_gelu``: all visual tokens).
+VANILLA_PATTERN = r"mlp\d+x_gelu"
+
+DETAIL_COLUMNS = ("projector", "accuracy", "chance", "train s", "eval s", "wall s")
 
 
-def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
-    rows = []
-    for result in results:
-        train_seconds = result.seconds.get("stage1", 0.0) + result.seconds.get("stage2", 0.0)
-        rows.append((
-            result.projector,
-            str(result.visual_tokens),
-            f"{100 * result.score.accuracy:.1f}%",
-            f"{100 * result.score.chance:.1f}%",
-            f"{result.flops['total'] / 1e6:.2f}",
-            f"{train_seconds:.0f}",
-            f"{result.seconds.get('eval', 0.0):.0f}",
-            f"{result.wall_time:.0f}",
-        ))
-    return rows
+def comparison(results: Sequence[RunResult]) -> Comparison:
+    """The runs as :mod:`llava.eval.compare` rows: question types are the benchmarks, scores in %.
+
+    Vanilla is the first ``mlp{N}x_gelu`` run (else the first run). Latency is the held-out answering wall time
+    per question (model load and batched generation included), not a prefill latency.
+    """
+    runs = [
+        Run(
+            name=r.projector, scores={c: 100 * a for c, a in r.score.by_category.items()}, flops=float(r.flops["total"]),
+            latency_ms=1000 * r.seconds.get("eval", 0.0) / max(r.score.answered, 1), tokens=r.visual_tokens,
+            cost_source=f"FLOPs analytic ({r.flops['accounting']})",
+        )
+        for r in results
+    ]
+    vanilla = next((r.projector for r in results if re.fullmatch(VANILLA_PATTERN, r.projector)), results[0].projector)
+    return compare(runs, vanilla)
 
 
-def format_table(results: Sequence[RunResult]) -> str:
-    """A plain-text table, one row per projector, then the per-type accuracies and the FLOPs accounting."""
-    rows = [COLUMNS, *table_rows(results)]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    categories = sorted({category for result in results for category in result.score.by_category})
-    if results and categories:
+def _details(results: Sequence[RunResult]) -> list[str]:
+    rows = [DETAIL_COLUMNS]
+    for r in results:
+        train = r.seconds.get("stage1", 0.0) + r.seconds.get("stage2", 0.0)
+        rows.append((r.projector, f"{100 * r.score.accuracy:.1f}%", f"{100 * r.score.chance:.1f}%", f"{train:.0f}",
+                     f"{r.seconds.get('eval', 0.0):.0f}", f"{r.wall_time:.0f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(DETAIL_COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def format_table(results: Sequence[RunResult], skipped: Sequence[str] = ()) -> str:
+    """The comparison table (:func:`llava.eval.compare.format_table`: per-type accuracy and its ratio to vanilla,
+    Acc., prefill FLOPs, answering time per question, Pareto front), then overall accuracy, chance and times."""
+    lines: list[str] = []
+    if results:
+        lines.append(compare_table(comparison(results)))
+        lines.append("Lat. (ms) here: held-out answering wall time per question (model load + batched generation of 4 tokens).")
+        lines.append("")
+        lines.extend(_details(results))
         chance = results[0].score.chance_by_category
         lines.append("")
-        lines.append("accuracy by question type (chance): " + ", ".join(f"{c} ({100 * chance[c]:.0f}%)" for c in categories))
-        for result in results:
-            lines.append(f"  {result.projector}: " + ", ".join(f"{c} {100 * result.score.by_category[c]:.0f}%" for c in categories))
-    if results:
-        lines.append("")
-        lines.append(f"held-out questions: {results[0].score.answered}; prefill FLOPs: analytic, {results[0].flops['accounting']}")
+        lines.append("chance by question type: " + ", ".join(f"{c} {100 * v:.0f}%" for c, v in sorted(chance.items())))
+        lines.append(f"held-out questions: {results[0].score.answered}")
+    lines.extend(f"skipped: {note}" for note in skipped)
     return "\n".join(lines)
 
 
@@ -193,6 +210,7 @@ def plot_results(path: str | os.PathLike[str], results: Sequence[RunResult]) -> 
 
 __all__ = [
     "RunResult",
+    "comparison",
     "Score",
     "format_table",
     "normalise",

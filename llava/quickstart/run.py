@@ -27,10 +27,11 @@ from pathlib import Path
 import torch
 
 from llava.conversation import conv_templates
+from llava.eval.compare import plot_pareto
 from llava.mm_utils import tokenizer_image_token
 from llava.utils import setup_logging
 
-from .report import RunResult, format_table, plot_results, prefill_flops, score_answers, write_results
+from .report import RunResult, comparison, format_table, plot_results, prefill_flops, score_answers, write_results
 from .scenes import DatasetFiles, corpus, write_dataset
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,33 @@ OWNED = ("data", "models", "runs")
 
 #: What the quickstart compares by default: upstream's projector and a compressor, named as strings.
 DEFAULT_PROJECTORS = ("mlp2x_gelu", "braco_c2s5")
+#: ``--projectors all``: upstream's projector, then every registered compressor at ``--budget``.
+ALL = "all"
+VANILLA_PROJECTOR = "mlp2x_gelu"
+
+
+def expand_projectors(names: Sequence[str], budget: int) -> tuple[tuple[str, ...], list[str]]:
+    """``names`` with ``all`` replaced by ``mlp2x_gelu`` and each plugin's projector types at ``budget``.
+
+    Returns:
+        ``(projector types, notes on plugins left out)``; a plugin is left out when it refuses the budget or
+        offers no ``projectors_at_budget`` tool.
+    """
+    from llava.model.multimodal_projector.budgets import projectors_at_budget
+
+    out: list[str] = []
+    notes: list[str] = []
+    for name in names:
+        if name != ALL:
+            out.append(name)
+            continue
+        out.append(VANILLA_PROJECTOR)
+        for plugin, types in projectors_at_budget(budget).items():
+            if isinstance(types, str):
+                notes.append(f"{plugin} at budget {budget}: {types}")
+            else:
+                out.extend(types)
+    return tuple(dict.fromkeys(out)), notes
 
 
 @dataclass(frozen=True)
@@ -52,6 +80,7 @@ class QuickstartConfig:
     """Sizes of one quickstart run (defaults: the full run, about 4 minutes on 2 CPU cores)."""
 
     projectors: tuple[str, ...] = DEFAULT_PROJECTORS
+    budget: int = 9
     train_scenes: int = 2000
     test_questions: int = 300
     turns_per_scene: int = 3
@@ -241,10 +270,13 @@ def prepare_out(out: str | Path) -> Path:
 def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig()) -> list[RunResult]:
     """The whole quickstart into ``out``; prints the table and returns the results.
 
-    The settings are checked first; then ``out`` is prepared by :func:`prepare_out` (``out/data``,
+    ``config.projectors`` may contain ``all`` (see :func:`expand_projectors`). A projector that cannot be built
+    on the quickstart's tower (e.g. a region method whose regions do not divide its grid) is skipped with its
+    reason. The settings are checked first; then ``out`` is prepared by :func:`prepare_out` (``out/data``,
     ``out/models`` and ``out/runs`` are replaced only in a folder an earlier quickstart created).
     """
-    validate_config(config)
+    projectors, skipped = expand_projectors(config.projectors, config.budget)
+    validate_config(replace(config, projectors=tuple(projectors)))
     out = prepare_out(out)
     started = time.perf_counter()
     data = write_dataset(
@@ -255,11 +287,19 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     prompt_tokens = mean_prompt_tokens(data, models.tokenizer)
     setup_seconds = time.perf_counter() - started
     results = []
-    for index, projector in enumerate(config.projectors, start=1):
-        logger.info("quickstart [%d/%d] %s: stage 1, stage 2, held-out answers", index, len(config.projectors), projector)
-        results.append(run_projector(projector, models, data, config, out / "runs" / projector, prompt_tokens))
+    for index, projector in enumerate(projectors, start=1):
+        logger.info("quickstart [%d/%d] %s: stage 1, stage 2, held-out answers", index, len(projectors), projector)
+        try:
+            results.append(run_projector(projector, models, data, config, out / "runs" / projector, prompt_tokens))
+        except ValueError as exc:  # one sentence from the projector's factory or plugin, e.g. an impossible budget
+            logger.warning("skipping %s: %s", projector, exc)
+            skipped.append(f"{projector}: {exc}")
+    if not results:
+        raise ValueError(f"no projector could run: {'; '.join(skipped)}")
     meta = {
         "config": asdict(config),
+        "projectors": list(projectors),
+        "skipped": skipped,
         "setup_seconds": setup_seconds,
         "total_seconds": time.perf_counter() - started,
         "torch": torch.__version__,
@@ -269,8 +309,13 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     }
     write_results(out / "results.json", results, meta)
     plot_results(out / "quickstart.png", results)
-    print(format_table(results))
-    print(f"\ntotal wall time {meta['total_seconds']:.0f} s; results in {out / 'results.json'}, figure {out / 'quickstart.png'}")
+    try:
+        plot_pareto(out / "pareto.png", comparison(results), xlabel="analytic prefill FLOPs per image")
+    except ValueError as exc:  # e.g. no Acc. when vanilla scored 0 everywhere on a tiny run
+        logger.warning("no pareto.png: %s", exc)
+    print(format_table(results, skipped))
+    print(f"\ntotal wall time {meta['total_seconds']:.0f} s; results in {out / 'results.json'}, figures {out / 'quickstart.png'}, "
+          f"{out / 'pareto.png'}")
     return results
 
 
@@ -279,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="outputs/quickstart", help="output folder (default: outputs/quickstart)")
     parser.add_argument("--reduced", action="store_true", help="less data and fewer epochs, same code path (CI)")
     parser.add_argument("--projectors", nargs="+", default=None, metavar="TYPE",
-                        help=f"mm_projector_type values to compare (default: {' '.join(DEFAULT_PROJECTORS)})")
+                        help=f"mm_projector_type values to compare, or '{ALL}' ({VANILLA_PROJECTOR} and every registered "
+                             f"compressor at --budget) (default: {' '.join(DEFAULT_PROJECTORS)})")
+    parser.add_argument("--budget", type=int, default=QuickstartConfig.budget,
+                        help="visual tokens per image for --projectors all (default %(default)s)")
     return parser
 
 
@@ -287,9 +335,12 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     args = build_parser().parse_args(argv)
     setup_logging()
     config = REDUCED if args.reduced else QuickstartConfig()
+    if args.budget < 1:
+        raise ValueError(f"--budget must be a positive number of visual tokens, got {args.budget}")
+    config = replace(config, budget=args.budget)
     if args.projectors:
         config = replace(config, projectors=tuple(args.projectors))
     return run_quickstart(args.out, config)
 
 
-__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "build_models", "main", "prepare_out", "run_quickstart", "validate_config"]
+__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "build_models", "expand_projectors", "main", "prepare_out", "run_quickstart", "validate_config"]

@@ -64,15 +64,20 @@ def _result(name: str, tokens: int, accuracy: float) -> RunResult:
 
 
 def test_table_figure_and_json(tmp_path: Path):
-    results = [_result("mlp2x_gelu", 64, 0.7), _result("braco_c2s5", 9, 0.6)]
-    table = format_table(results)
-    lines = table.splitlines()
-    assert lines[0].split() == ["projector", "visual", "tokens", "accuracy", "chance", "prefill", "MFLOPs", "train", "s", "eval", "s", "wall", "s"]
-    assert lines[2].split() == ["mlp2x_gelu", "64", "70.0%", "40.0%", "64.00", "30", "3", "33"]
-    assert lines[3].split() == ["braco_c2s5", "9", "60.0%", "40.0%", "9.00", "30", "3", "33"]
-    assert "test accounting" in table
+    results = [_result("mlp2x_gelu", 64, 0.7), _result("braco_c2s5", 9, 0.6), _result("braco_c1s0", 1, 0.5)]
+    lines = format_table(results).splitlines()
+    # the llava.eval.compare table: question types as benchmarks, ratio to mlp2x_gelu, Acc., FLOPs, time per question
+    assert lines[0] == "| Method | Tokens | colour_at | count | Acc. (%) | FLOPs (M) | Lat. (ms) | Pareto |"
+    assert lines[2] == "| mlp2x_gelu | 64 | 70.0 (100.0%) | 70.0 (100.0%) | 100.0 | 64 | 300.00 | yes |"
+    assert lines[3] == f"| braco_c2s5 | 9 | 60.0 ({600 / 7:.1f}%) | 60.0 ({600 / 7:.1f}%) | {600 / 7:.1f} | 9 | 300.00 | yes |"
+    assert lines[4].startswith("| braco_c1s0 | 1 |") and lines[4].endswith("| yes |")
+    table = "\n".join(lines)
+    assert "test accounting" in table and "held-out answering wall time per question" in table
+    details = lines[lines.index(next(line for line in lines if line.startswith("projector"))):]
+    assert details[2].split() == ["mlp2x_gelu", "70.0%", "40.0%", "30", "3", "33"]
+    assert "chance by question type: colour_at 25%, count 33%" in table
     figure = plot_results(tmp_path / "quickstart.png", results)
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = json.loads(write_results(tmp_path / "results.json", results, {"config": {"seed": 0}}).read_text())
-    assert [run["projector"] for run in saved["runs"]] == ["mlp2x_gelu", "braco_c2s5"]
+    assert [run["projector"] for run in saved["runs"]] == ["mlp2x_gelu", "braco_c2s5", "braco_c1s0"]
     assert saved["runs"][1]["score"]["accuracy"] == 0.6 and saved["runs"][1]["wall_time"] == 33.0

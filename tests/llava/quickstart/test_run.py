@@ -8,12 +8,43 @@ from pathlib import Path
 import pytest
 
 from llava.eval.files import read_jsonl
-from llava.quickstart.run import QuickstartConfig, build_parser, run_quickstart
+from llava.model.multimodal_projector.plugins import CompressorPlugin, ProjectorType, register_plugin, unregister_plugin
+from llava.quickstart.run import QuickstartConfig, build_parser, expand_projectors, main, run_quickstart
 
-TINY = QuickstartConfig(projectors=("braco_c2s5",), train_scenes=8, test_questions=5, finetune_epochs=1.0, batch_size=4)
+TINY = QuickstartConfig(projectors=("braco_c2s5", "toybad_k9"), train_scenes=8, test_questions=5, finetune_epochs=1.0, batch_size=4)
 
 
-def test_quickstart_writes_checkpoints_answers_results_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture):
+def _refuse(config, match):
+    raise ValueError(f"toybad cannot give {match.group(1)} tokens on a {config.mm_hidden_size}-wide tower")
+
+
+def _only_four(budget: int) -> list[str]:
+    if budget != 4:
+        raise ValueError(f"toybad gives only 4 tokens, got {budget}")
+    return ["toybad_k4"]
+
+
+@pytest.fixture
+def toybad():
+    """A plugin whose factory refuses every type and whose budget tool offers only K = 4."""
+    register_plugin(CompressorPlugin(name="toybad", projectors=(ProjectorType(r"toybad_k(\d+)", _refuse),),
+                                     tools={"projectors_at_budget": _only_four}))
+    yield
+    unregister_plugin("toybad")
+
+
+def test_all_expands_from_the_registry(toybad):
+    projectors, notes = expand_projectors(["all"], 9)
+    assert projectors[0] == "mlp2x_gelu" and "braco_k9" in projectors and "toybad_k9" not in projectors
+    assert "toybad at budget 9: toybad gives only 4 tokens, got 9" in notes
+    projectors, notes = expand_projectors(["braco_c2s5", "all"], 4)
+    assert projectors[:3] == ("braco_c2s5", "mlp2x_gelu", "braco_k4") or {"braco_k4", "toybad_k4"} <= set(projectors)
+    assert "toybad_k4" in projectors and not any(n.startswith("toybad") for n in notes)
+    with pytest.raises(SystemExit, match="--budget must be a positive number of visual tokens, got 0"):
+        main(["--projectors", "all", "--budget", "0"])
+
+
+def test_quickstart_writes_checkpoints_answers_results_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture, toybad):
     out = tmp_path / "quickstart"
     results = run_quickstart(out, TINY)
     run = out / "runs" / "braco_c2s5"
@@ -32,13 +63,19 @@ def test_quickstart_writes_checkpoints_answers_results_and_figure(tmp_path: Path
     assert entry["score"]["accuracy"] == pytest.approx(hits / 5)
     assert set(entry["seconds"]) == {"stage1", "stage2", "eval"}
     assert (out / "quickstart.png").read_bytes()[:4] == b"\x89PNG"
+    # a single run is its own vanilla: it has an Acc. (and a place in pareto.png) unless it scored 0 on every type
+    placed = any(value > 0 for value in entry["score"]["by_category"].values())
+    assert (out / "pareto.png").is_file() == placed
+    assert saved["skipped"] == ["toybad_k9: toybad cannot give 9 tokens on a 64-wide tower"]
     printed = capsys.readouterr().out
-    header = next(line for line in printed.splitlines() if line.startswith("projector"))
-    assert header.split()[:3] == ["projector", "visual", "tokens"]
-    assert "braco_c2s5" in printed and "total wall time" in printed
+    header = next(line for line in printed.splitlines() if line.startswith("| Method"))
+    assert header.split(" | ")[:2] == ["| Method", "Tokens"] and "Acc. (%)" in header
+    row = next(line for line in printed.splitlines() if line.startswith("| braco_c2s5 |"))
+    assert row.split(" | ")[1] == "9" and ("yes" in row) == placed
+    assert "skipped: toybad_k9: toybad cannot give 9 tokens" in printed and "total wall time" in printed
 
 
 def test_command_line_defaults():
     args = build_parser().parse_args([])
-    assert (args.out, args.reduced, args.projectors) == ("outputs/quickstart", False, None)
+    assert (args.out, args.reduced, args.projectors, args.budget) == ("outputs/quickstart", False, None, 9)
     assert build_parser().parse_args(["--reduced", "--projectors", "mlp2x_gelu"]).projectors == ["mlp2x_gelu"]

@@ -1,0 +1,136 @@
+"""Measured latency, peak memory and profiler FLOPs of any projector type (``braco cost --projector ... --measure``).
+
+The projector is built exactly as a checkpoint builds it (``build_vision_projector`` on a config with the
+preset's widths), with random weights, and called as ``encode_images`` calls it: ``projector(features)``, or
+``projector(features, CompressorInputs)`` when its plugin needs more. What it needs is made up at the preset's
+shape: tower layers (``[B, N(+1), D]``), the select layer's attention (a softmax over random scores,
+``[B, heads, T, T]``) and keys, a prompt of ``question_tokens`` random embeddings, and — for a question pass —
+``run_language_model`` = the identity, so **the measured time of a prompt-conditioned module leaves out its
+LLM pass** (its analytic count includes it). The call is the whole built module: for ``pre`` types the
+compressor plus its projector, i.e. the post-projector boundary.
+
+Protocol as :mod:`.measure`: ``warmup`` untimed calls, ``iters`` timed ones (median, std), peak memory above
+what was allocated before the call, under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+import torch
+
+from .flops import elementwise
+from .measure import MeasureOptions, _measure
+from .presets import PipelineSpec
+from .projectors import CostSetting, module_cost
+
+__all__ = ["build_projector", "compressor_inputs", "measure_types", "measure_pipeline_types"]
+
+
+def build_projector(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.Module, Any]:
+    """The projector a checkpoint of ``spec``'s widths with ``projector_type`` builds, and its config."""
+    from llava.model.multimodal_projector.builder import build_vision_projector
+
+    config = SimpleNamespace(
+        mm_projector_type=projector_type, mm_hidden_size=spec.mm_hidden, hidden_size=spec.lm_dims.hidden,
+        mm_vision_select_layer=spec.select_layer, mm_vision_select_feature="patch",
+        num_hidden_layers=spec.lm_dims.layers, vocab_size=spec.lm_dims.vocab,
+    )
+    return build_vision_projector(config), config
+
+
+def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_tokens: int, device, dtype) -> tuple[torch.Tensor, Any]:
+    """``(features, inputs)`` for one call: ``inputs`` is ``None`` when the plugin needs nothing extra."""
+    from llava.model.multimodal_projector.plugins import CompressorInputs, needs_for_config
+
+    grid = spec.grid(spec.inputs[0])
+    n, d = grid[0] * grid[1], spec.mm_hidden
+    features = torch.randn(batch, n, d, device=device, dtype=dtype)
+    needs = needs_for_config(config)
+    if not needs.extra:
+        return features, None
+    inputs = CompressorInputs(features=features, grid_shape=grid, has_cls_token=False)
+    for index in needs.tower_layers:
+        inputs.layers[index] = torch.randn(batch, n, d, device=device, dtype=dtype)
+    if needs.attention:
+        heads = spec.vision_dims.heads
+        inputs.attention = torch.randn(batch, heads, n, n, device=device, dtype=dtype).softmax(-1)
+        inputs.keys = torch.randn(batch, n, d, device=device, dtype=dtype)
+    if needs.prompt:
+        inputs.prompt = [torch.randn(question_tokens, spec.lm_dims.hidden, device=device, dtype=dtype) for _ in range(batch)]
+        inputs.prompt_ids = [torch.zeros(question_tokens, dtype=torch.long, device=device) for _ in range(batch)]
+        inputs.run_language_model = lambda embeds: embeds
+    return features, inputs
+
+
+def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting, opts: MeasureOptions) -> list[dict[str, Any]]:
+    """One row per (batch size, projector type): latency, peak memory, profiler FLOPs next to the analytic post figure."""
+    rows = []
+    for batch in opts.batch_sizes:
+        for name in types:
+            torch.manual_seed(0)
+            projector, config = build_projector(spec, name)
+            projector = projector.to(opts.device, opts.dtype).eval()
+            features, inputs = compressor_inputs(spec, config, batch, setting.prompt_tokens, opts.device, opts.dtype)
+            cost = module_cost(name, setting, config)
+            prompt_pass = inputs is not None and inputs.prompt is not None
+            analytic = cost.post * batch
+            matmul = analytic - elementwise(cost.module) * batch  # elementwise parts: what the profiler calls add/mul
+            call = (lambda: projector(features)) if inputs is None else (lambda: projector(features, inputs))
+            with torch.no_grad():
+                row = _measure(call, opts, analytic, matmul)
+            rows.append({"batch": batch, "variant": name, "boundary": "post", "tokens": cost.tokens,
+                         "note": "LLM prompt pass not run (identity)" if prompt_pass else "", **row})
+    return rows
+
+
+class WithInputs(torch.nn.Module):
+    """``projector(features, inputs)`` behind a one-argument call, for the prefill pipeline.
+
+    ``inputs`` (random tower layers/attention/prompt at the features' shape, see :func:`compressor_inputs`) are
+    made once per batch size and reused, so the timed call does not include making them.
+    """
+
+    def __init__(self, projector: torch.nn.Module, make: Any) -> None:
+        super().__init__()
+        self.projector, self.make, self.cache = projector, make, {}
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        batch = features.shape[0]
+        if batch not in self.cache:
+            self.cache[batch] = self.make(batch)
+        inputs = self.cache[batch]
+        inputs.features = features
+        return self.projector(features, inputs)
+
+
+def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, setting: CostSetting, opts: MeasureOptions) -> list[dict[str, Any]]:
+    """Full prefill (random tower → projector type as built → random LLM) per (batch, type), as :mod:`.measure` does
+    for Braco allocations; the analytic figure is the same capped count, attention scores not counted (the profiler
+    does not count SDPA), our computation."""
+    from .measure import RandomPipeline
+    from .projectors import projector_pipeline_flops
+
+    pipe = RandomPipeline(spec, opts, acc.lm_head)
+    inp = spec.inputs[0]
+    rows = []
+    for batch in opts.batch_sizes:
+        for name in types:
+            torch.manual_seed(0)
+            projector, config = build_projector(spec, name)
+            projector = projector.to(opts.device, opts.dtype).eval()
+            _, probe = compressor_inputs(spec, config, 1, setting.prompt_tokens, opts.device, opts.dtype)
+            if probe is not None:
+                projector = WithInputs(projector, lambda b, c=config: compressor_inputs(spec, c, b, setting.prompt_tokens, opts.device, opts.dtype)[1])
+            cost = projector_pipeline_flops(
+                spec, name, prompt_tokens=acc.prompt_tokens, lm_head=acc.lm_head, computation="ours",
+                question_tokens=setting.prompt_tokens, llm_layers=opts.llm_layers, vision_layer_cap=opts.vision_layers,
+            )
+            pixels, text = pipe.inputs(batch, inp.image_size, inp.views, acc.prompt_tokens)
+            with torch.no_grad():
+                row = _measure(lambda: pipe.prefill(projector, pixels, text), opts, cost["total"] * batch,
+                               (cost["total"] - cost["elementwise"]) * batch)
+            rows.append({"input": inp.label, "batch": batch, "variant": name, "llm_tokens": cost["visual_tokens"] + acc.prompt_tokens,
+                         "note": "prompt-conditioned: LLM question pass not run" if probe is not None and probe.prompt is not None else "", **row})
+    return rows

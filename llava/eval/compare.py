@@ -1,0 +1,353 @@
+"""Compare projector types under one recipe: the paper's Table 1 (scores, Vanilla-normalised Acc., FLOPs,
+latency) and an accuracy-vs-FLOPs figure with the Pareto front.
+
+Usage::
+
+    python -m llava.eval.compare \\
+        --results vanilla=playground/data/eval/results/llava-v1.5-7b \\
+        --results small=playground/data/eval/results/llava-v1.5-7b-k16 \\
+        --checkpoint vanilla=checkpoints/llava-v1.5-7b --checkpoint small=checkpoints/llava-v1.5-7b-k16 \\
+        --vanilla vanilla --out table.md --figure pareto.png [--json table.json] [--prompt-tokens 52]
+
+``--results NAME=PATH`` (repeatable; ``PATH`` alone names the run by its folder): a results folder as the
+``scripts/v1_5/eval/*.sh`` scripts write it (``./playground/data/eval/results/$CKPT/<benchmark>.json``, each
+``{"benchmark", "score", "metric", ...}`` from the scorers' ``--output-json``; MM-Vet's ``mmvet.json`` is
+written by hand from the grader's total), or one JSON mapping benchmark → score (:mod:`llava.eval.summarize`).
+
+Cost per run, first found of:
+
+1. ``--cost NAME=FILE``: JSON ``{"flops": <FLOPs per image>, "latency_ms": <ms>}`` (``"tflops"`` accepted);
+2. ``cost.json`` in the run's results folder, same format;
+3. ``--checkpoint NAME=DIR``: analytic FLOPs of one image's prefill from the checkpoint's ``config.json``,
+   by the installed ``prefill_flops`` plugin tool (it asks the projector type's own plugin), with
+   ``--prompt-tokens`` text tokens; no latency.
+
+Acc. is the paper's Vanilla-normalised accuracy, ``100 / |B| · Σ_b s_b / s_b^Vanilla``, over the benchmarks the
+run shares with ``--vanilla`` (a run name, or ``paper-vanilla`` for the paper's row). A run is on the Pareto
+front when no other run has at most its FLOPs and at least its Acc. with one of them strictly better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from llava.eval.files import read_json, write_json
+from llava.eval.summarize import BENCHMARKS, PAPER_BASELINE_NAME, PAPER_VANILLA, load_scores, normalized_accuracy, ordered_benchmarks
+from llava.utils import setup_logging
+
+logger = logging.getLogger(__name__)
+
+COST_FILE = "cost.json"
+
+
+@dataclass
+class Run:
+    """One projector type's results: benchmark scores and (optionally) its prefill cost.
+
+    Attributes:
+        name: Row label (e.g. the projector type).
+        scores: ``{benchmark key: score}`` on the paper's scale (MME as a sum, others in %).
+        flops: FLOPs of one image's full prefill, or ``None``.
+        latency_ms: Prefill latency, or ``None``.
+        tokens: Visual tokens sent to the LLM, or ``None``.
+        cost_source: Where the cost came from (a file, a checkpoint's analytic count).
+    """
+
+    name: str
+    scores: dict[str, float]
+    flops: float | None = None
+    latency_ms: float | None = None
+    tokens: int | None = None
+    cost_source: str = ""
+
+
+@dataclass
+class Comparison:
+    """Runs normalised by one of them (or by the paper's Vanilla row)."""
+
+    runs: list[Run]
+    vanilla: str
+    benchmarks: list[str]
+    acc: dict[str, float | None] = field(default_factory=dict)
+    relative: dict[str, dict[str, float]] = field(default_factory=dict)
+    front: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "vanilla": self.vanilla, "benchmarks": self.benchmarks, "columns": {k: column_label(k) for k in self.benchmarks},
+            "runs": [{"name": r.name, "scores": r.scores, "relative": self.relative.get(r.name, {}), "acc": self.acc.get(r.name),
+                      "flops": r.flops, "latency_ms": r.latency_ms, "tokens": r.tokens, "cost_source": r.cost_source,
+                      "pareto": r.name in self.front} for r in self.runs],
+            "notes": self.notes,
+        }
+
+
+def column_label(key: str) -> str:
+    return BENCHMARKS.get(key, key)
+
+
+# -- Pareto front ------------------------------------------------------------------------------------
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points (cost, accuracy) that no other point dominates, by increasing cost.
+
+    ``q`` dominates ``p`` when ``q.cost <= p.cost`` and ``q.acc >= p.acc`` with one strict. A sweep over the
+    points sorted by cost (ties: higher accuracy first) keeps a point when its accuracy beats every cheaper
+    point's, or equals the best so far at the same cost and accuracy (identical points dominate nothing).
+    """
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front: list[int] = []
+    best: tuple[float, float] | None = None  # (cost, accuracy) of the last point kept
+    for i in order:
+        cost, acc = points[i]
+        if best is None or acc > best[1] or (cost, acc) == best:
+            front.append(i)
+            best = (cost, acc)
+    return front
+
+
+# -- loading -----------------------------------------------------------------------------------------
+def split_named(value: str) -> tuple[str, str]:
+    """``NAME=PATH`` → ``(NAME, PATH)``; a bare ``PATH`` is named by its last component (without ``.json``)."""
+    name, sep, path = value.partition("=")
+    if not sep:
+        path = value
+        name = Path(value.rstrip("/")).name.removesuffix(".json")
+    if not name or not path:
+        raise ValueError(f"expected NAME=PATH or PATH, got {value!r}")
+    return name, path
+
+
+def read_cost(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A cost file: ``{"flops" | "tflops", "latency_ms", "visual_tokens"?}``; returns ``{"flops", "latency_ms", "tokens"}``.
+
+    Raises:
+        ValueError: If it has neither FLOPs nor latency, or a value is not a finite number.
+    """
+    values = read_json(path, what="cost file")
+    if not isinstance(values, Mapping):
+        raise ValueError(f"cost file {os.fspath(path)!r} must hold a JSON object like {{\"flops\": 1.25e12, \"latency_ms\": 40.6}}")
+    out: dict[str, Any] = {"flops": None, "latency_ms": None, "tokens": values.get("visual_tokens")}
+    for key, target, scale in (("flops", "flops", 1.0), ("tflops", "flops", 1e12), ("latency_ms", "latency_ms", 1.0)):
+        if key in values:
+            value = values[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"cost file {os.fspath(path)!r}: {key} must be a finite number >= 0, got {value!r}")
+            out[target] = float(value) * scale
+    if out["flops"] is None and out["latency_ms"] is None:
+        raise ValueError(f"cost file {os.fspath(path)!r} has neither 'flops'/'tflops' nor 'latency_ms'")
+    return out
+
+
+def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
+    """Analytic prefill FLOPs of a checkpoint by the installed ``prefill_flops`` plugin tool."""
+    from llava.model.multimodal_projector.plugins import find_tool
+
+    tool = find_tool("prefill_flops")
+    if tool is None:
+        raise ValueError("no installed compressor plugin offers a 'prefill_flops' tool; give the cost with --cost NAME=FILE instead")
+    if not (Path(checkpoint) / "config.json").is_file():
+        raise ValueError(f"checkpoint {os.fspath(checkpoint)!r} has no config.json")
+    flops = tool(checkpoint, prompt_tokens)
+    return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", "")}
+
+
+def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None, checkpoint: str | None = None,
+             prompt_tokens: int = 52) -> Run:
+    """A :class:`Run` from a results folder or scores JSON, with its cost (see the module docstring)."""
+    scores = load_scores(results)
+    if not scores:
+        raise ValueError(f"no benchmark scores found for run {name!r} in {os.fspath(results)!r} (expected files like gqa.json)")
+    run = Run(name=name, scores=scores)
+    local = Path(results) / COST_FILE
+    if cost is not None or local.is_file():
+        source = cost if cost is not None else local
+        values = read_cost(source)
+        run.cost_source = os.fspath(source)
+    elif checkpoint is not None:
+        values = checkpoint_cost(checkpoint, prompt_tokens)
+        run.cost_source = f"analytic from {os.fspath(checkpoint)}: {values['accounting']}"
+    else:
+        return run
+    run.flops, run.latency_ms, run.tokens = values["flops"], values["latency_ms"], values.get("tokens")
+    return run
+
+
+# -- the comparison ----------------------------------------------------------------------------------
+def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
+    """Normalise every run by ``vanilla`` (a run name or ``paper-vanilla``) and find the Pareto front.
+
+    Raises:
+        ValueError: For duplicate run names or an unknown ``vanilla``.
+    """
+    names = [run.name for run in runs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"run names must be unique, got {duplicates} more than once")
+    if vanilla == PAPER_BASELINE_NAME:
+        reference = dict(PAPER_VANILLA)
+    elif vanilla in names:
+        reference = runs[names.index(vanilla)].scores
+    else:
+        raise ValueError(f"--vanilla {vanilla!r} is not one of the runs {names} nor {PAPER_BASELINE_NAME!r}")
+    result = Comparison(runs=list(runs), vanilla=vanilla, benchmarks=ordered_benchmarks([r.scores for r in runs]))
+    zero = [key for key, value in reference.items() if value == 0]
+    if zero:  # a ratio to 0 is undefined: those benchmarks cannot enter anyone's Acc.
+        result.notes.append(f"{', '.join(zero)} left out of Acc.: {vanilla} scored 0")
+        reference = {key: value for key, value in reference.items() if value != 0}
+    for run in runs:
+        try:
+            result.acc[run.name], result.relative[run.name] = normalized_accuracy(run.scores, reference)
+        except ValueError as exc:
+            result.acc[run.name] = None
+            result.notes.append(f"{run.name}: no Acc. ({exc})")
+            continue
+        left_out = [key for key in result.benchmarks if key not in result.relative[run.name] and key not in zero]
+        if left_out:
+            result.notes.append(f"{run.name}: Acc. over {len(result.relative[run.name])} benchmarks (missing {', '.join(left_out)})")
+    placed = [run for run in runs if run.flops is not None and result.acc[run.name] is not None]
+    result.front = [placed[i].name for i in pareto_front([(run.flops, result.acc[run.name]) for run in placed])]
+    return result
+
+
+def _flops_unit(values: Sequence[float]) -> tuple[float, str]:
+    top = max(values, default=0.0)
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if top >= scale:
+            return scale, suffix
+    return 1.0, ""
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _score_cell(score: float | None, relative: float | None) -> str:
+    if score is None:
+        return "-"
+    text = f"{score:.0f}" if score >= 1000 else f"{score:.1f}"
+    return text if relative is None else f"{text} ({relative:.1f}%)"
+
+
+def format_table(result: Comparison) -> str:
+    """A Markdown table in the paper's layout: per-benchmark score (ratio to Vanilla), Acc., FLOPs, latency."""
+    scale, unit = _flops_unit([r.flops for r in result.runs if r.flops is not None])
+    header = ["Method", "Tokens", *(column_label(k) for k in result.benchmarks), "Acc. (%)", f"FLOPs ({unit or '1'})", "Lat. (ms)", "Pareto"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for run in result.runs:
+        relative = result.relative.get(run.name, {})
+        cells = [
+            run.name, "-" if run.tokens is None else str(run.tokens),
+            *(_score_cell(run.scores.get(k), relative.get(k)) for k in result.benchmarks),
+            _number(result.acc.get(run.name)), "-" if run.flops is None else f"{run.flops / scale:.3g}",
+            _number(run.latency_ms, 2), "yes" if run.name in result.front else "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Acc.: Vanilla-normalised accuracy against {result.vanilla!r}, 100/|B| · Σ s_b / s_b^Vanilla.")
+    sources = sorted({r.cost_source for r in result.runs if r.cost_source})
+    if sources:
+        lines.append("Cost: " + "; ".join(sources) + ".")
+    lines.extend(f"Note: {note}." for note in result.notes)
+    return "\n".join(lines)
+
+
+def plot_pareto(path: str | os.PathLike[str], result: Comparison, *, xlabel: str = "prefill FLOPs per image") -> Path:
+    """PNG: Acc. against FLOPs (log scale when they span more than 10x), the Pareto front as a step line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    placed = [r for r in result.runs if r.flops is not None and result.acc.get(r.name) is not None]
+    if not placed:
+        raise ValueError("no run has both FLOPs and Acc.; give costs with --cost, cost.json or --checkpoint")
+    scale, unit = _flops_unit([r.flops for r in placed])
+    figure, axes = plt.subplots(figsize=(6.5, 4.5))
+    for run in placed:
+        on_front = run.name in result.front
+        axes.scatter(run.flops / scale, result.acc[run.name], s=70 if on_front else 40, marker="o" if on_front else "x",
+                     color="tab:red" if on_front else "tab:gray", zorder=3)
+        axes.annotate(run.name, (run.flops / scale, result.acc[run.name]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    front = [next(r for r in placed if r.name == name) for name in result.front]
+    axes.step([r.flops / scale for r in front], [result.acc[r.name] for r in front], where="post", color="tab:red",
+              label="Pareto front", zorder=2)
+    flops = [r.flops for r in placed]
+    if min(flops) > 0 and max(flops) / min(flops) > 10:
+        axes.set_xscale("log")
+    axes.set_xlabel(f"{xlabel} ({unit}FLOPs)")
+    axes.set_ylabel(f"Acc. (% of {result.vanilla})")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    axes.margins(x=0.15, y=0.1)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+# -- command line ------------------------------------------------------------------------------------
+def _named(values: Sequence[str] | None, flag: str, runs: Sequence[str]) -> dict[str, str]:
+    out = dict(split_named(v) for v in values or [])
+    unknown = sorted(set(out) - set(runs))
+    if unknown:
+        raise ValueError(f"{flag} names {unknown}, which are not runs given with --results ({list(runs)})")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llava.eval.compare", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", action="append", required=True, metavar="NAME=PATH",
+                        help="a results folder (scripts/v1_5/eval) or scores JSON per run; repeat per run")
+    parser.add_argument("--vanilla", required=True, help=f"the run to normalise by, or {PAPER_BASELINE_NAME!r}")
+    parser.add_argument("--cost", action="append", metavar="NAME=FILE", help='cost JSON {"flops", "latency_ms"} of a run')
+    parser.add_argument("--checkpoint", action="append", metavar="NAME=DIR", help="checkpoint whose config.json gives analytic FLOPs")
+    parser.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=52,
+                        help="text tokens besides the visual ones for --checkpoint FLOPs (default %(default)s, the paper's fit)")
+    parser.add_argument("--out", default=None, help="write the Markdown table here")
+    parser.add_argument("--json", default=None, help="write the table's numbers as JSON here")
+    parser.add_argument("--figure", default=None, help="write the Acc.-vs-FLOPs PNG here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> Comparison:
+    args = build_parser().parse_args(argv)
+    setup_logging()
+    try:
+        named = [split_named(v) for v in args.results]
+        names = [name for name, _ in named]
+        costs = _named(args.cost, "--cost", names)
+        checkpoints = _named(args.checkpoint, "--checkpoint", names)
+        runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens) for name, path in named]
+        result = compare(runs, args.vanilla)
+        table = format_table(result)
+        if args.figure:
+            plot_pareto(args.figure, result)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"compare: {exc}") from None
+    print(table)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(table + "\n", encoding="utf-8")
+    if args.json:
+        write_json(args.json, result.as_dict())
+    for path in (args.out, args.json, args.figure):
+        if path:
+            logger.info("wrote %s", path)
+    return result
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["Comparison", "Run", "compare", "format_table", "load_run", "main", "pareto_front", "plot_pareto", "read_cost", "split_named"]

@@ -1,0 +1,119 @@
+"""``llava.eval.compare``: results folders as the eval scripts write them, the paper's Acc., the Pareto front."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from llava.eval import compare as cmp
+from llava.eval import eval_gqa
+from llava.eval.files import write_json, write_score
+
+# Table 1 (tab:token-retain), 16 retained tokens: scores in the paper's column order and the printed Acc.
+COLUMNS = ("gqa", "mmbench", "mmbench_cn", "mme", "pope", "sqa", "textvqa", "mmvet")
+VANILLA = (62.9, 65.5, 60.7, 1785, 85.7, 69.7, 58.0, 32.8)
+PAPER_ROWS = {
+    "braco_k16": ((57.5, 63.3, 55.8, 1704, 82.4, 69.5, 51.9, 29.8), 94.0, 1.25, 40.59),
+    "quecc_k16": ((59.0, 63.1, 54.6, 1668, 83.5, 70.6, 52.8, 28.8), 93.9, 1.36, 63.22),
+    "prumerge_k16": ((46.9, 53.1, 44.2, 1446, 51.6, 68.2, 49.3, 18.8), 76.2, 1.25, 43.37),
+    "tokenpacker_k16": ((57.0, 63.7, 55.2, 1681, 83.0, 69.3, 53.4, 29.0), 93.7, 1.26, 37.87),
+}
+METRICS = {"gqa": "accuracy (%) on testdev-balanced", "mmbench": "accuracy (%)", "mmbench_cn": "accuracy (%)",
+           "mme": "perception + cognition scores", "pope": "F1 x100, mean over splits", "sqa": "IMG-Accuracy (%) on ScienceQA-IMG",
+           "textvqa": "VQA soft accuracy x100", "mmvet": "MM-Vet total"}
+
+
+def write_results(folder: Path, scores, tflops: float | None = None, latency: float | None = None) -> Path:
+    """``playground/data/eval/results/$CKPT/<benchmark>.json`` as the scorers' ``--output-json`` writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, score in zip(COLUMNS, scores):
+        if key == "mmvet":  # the eval script asks for this file by hand: {"score": total}
+            (folder / "mmvet.json").write_text(json.dumps({"score": score}))
+        else:
+            write_score(folder / f"{key}.json", key, score, METRICS[key])
+    if tflops is not None:
+        write_json(folder / "cost.json", {"tflops": tflops, "latency_ms": latency})
+    return folder
+
+
+def test_paper_rows_acc_is_reproduced(tmp_path: Path):
+    root = tmp_path / "playground/data/eval/results"
+    args = ["--results", f"vanilla={write_results(root / 'llava-v1.5-7b', VANILLA, 8.67, 67.25)}", "--vanilla", "vanilla"]
+    for name, (scores, _, tflops, latency) in PAPER_ROWS.items():
+        args += ["--results", f"{name}={write_results(root / name, scores, tflops, latency)}"]
+    result = cmp.main(args + ["--out", str(tmp_path / "table.md"), "--json", str(tmp_path / "t.json"), "--figure", str(tmp_path / "p.png")])
+    for name, (_, acc, _, _) in PAPER_ROWS.items():
+        # the paper prints scores rounded to 0.1 (MME to 1) and Acc. to 0.1
+        assert result.acc[name] == pytest.approx(acc, abs=0.06), name
+    assert result.acc["vanilla"] == pytest.approx(100.0)
+    # per-benchmark ratio as Table 1 prints it (Braco, GQA 91.4%, MME 95.5%)
+    assert result.relative["braco_k16"]["gqa"] == pytest.approx(91.4, abs=0.05)
+    assert result.relative["braco_k16"]["mme"] == pytest.approx(95.5, abs=0.05)
+    table = (tmp_path / "table.md").read_text()
+    assert "| braco_k16 | - | 57.5 (91.4%) |" in table and "| 1.25 | 40.59 |" in table
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert {r["name"]: r["pareto"] for r in saved["runs"]} == {
+        "vanilla": True, "braco_k16": True, "quecc_k16": False, "prumerge_k16": False, "tokenpacker_k16": False,
+    }
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_scorer_written_file_and_the_paper_baseline(tmp_path: Path):
+    """gqa.json from eval_gqa's own --output-json; Acc. against the paper's Vanilla row."""
+    folder = tmp_path / "results" / "ckpt"
+    questions = {f"q{i}": {"answer": "yes", "isBalanced": True, "types": {"structural": "verify"}} for i in range(8)}
+    write_json(tmp_path / "questions.json", questions)
+    write_json(tmp_path / "predictions.json", [{"questionId": f"q{i}", "prediction": "yes" if i < 5 else "no"} for i in range(8)])
+    eval_gqa.main(["--questions", str(tmp_path / "questions.json"), "--predictions", str(tmp_path / "predictions.json"),
+                   "--output-json", str(folder / "gqa.json")])
+    write_score(folder / "pope.json", "pope", 85.7 / 2, METRICS["pope"])
+    result = cmp.main(["--results", str(folder), "--vanilla", "paper-vanilla"])
+    # 5/8 = 62.5 % of GQA against 62.9, half of Vanilla's POPE
+    assert result.acc["ckpt"] == pytest.approx((100 * 62.5 / 62.9 + 50.0) / 2)
+    assert result.front == []  # no cost: nothing to place
+
+
+def brute_force_front(points):
+    def dominates(q, p):
+        return q[0] <= p[0] and q[1] >= p[1] and (q[0] < p[0] or q[1] > p[1])
+
+    return sorted(i for i, p in enumerate(points) if not any(dominates(q, p) for j, q in enumerate(points) if j != i))
+
+
+def test_pareto_front_matches_brute_force():
+    rng = random.Random(0)
+    for trial in range(300):
+        n = rng.randint(1, 9)
+        # small integer grids make ties in cost, accuracy and whole points frequent
+        points = [(rng.randint(0, 4), rng.randint(0, 4)) for _ in range(n)]
+        assert sorted(cmp.pareto_front(points)) == brute_force_front(points), points
+    for points in itertools.product([(1, 1), (1, 2), (2, 2)], repeat=3):
+        assert sorted(cmp.pareto_front(list(points))) == brute_force_front(list(points))
+
+
+def test_cost_from_a_checkpoint_and_errors(tmp_path: Path, tiny_llava_checkpoint, capsys):
+    scores = write_results(tmp_path / "a", VANILLA)
+    ckpt = tiny_llava_checkpoint("mlp2x_gelu")
+    result = cmp.main(["--results", f"a={scores}", "--checkpoint", f"a={ckpt}", "--vanilla", "a", "--prompt-tokens", "30"])
+    run = result.runs[0]
+    assert run.tokens == 36 and run.flops > 0 and "analytic" in run.cost_source
+    with pytest.raises(SystemExit, match="--vanilla 'b' is not one of the runs"):
+        cmp.main(["--results", f"a={scores}", "--vanilla", "b"])
+    with pytest.raises(SystemExit, match="--cost names \\['b'\\], which are not runs"):
+        cmp.main(["--results", f"a={scores}", "--vanilla", "a", "--cost", f"b={tmp_path}/c.json"])
+    write_json(tmp_path / "bad.json", {"tflops": "many"})
+    with pytest.raises(SystemExit, match="tflops must be a finite number"):
+        cmp.main(["--results", f"a={scores}", "--vanilla", "a", "--cost", f"a={tmp_path / 'bad.json'}"])
+    with pytest.raises(SystemExit, match="run names must be unique"):
+        cmp.main(["--results", f"a={scores}", "--results", f"a={scores}", "--vanilla", "a"])
+
+
+def test_a_benchmark_vanilla_scored_zero_is_left_out_of_acc():
+    runs = [cmp.Run("v", {"a": 0.0, "b": 50.0}, flops=2.0), cmp.Run("c", {"a": 10.0, "b": 25.0}, flops=1.0)]
+    result = cmp.compare(runs, "v")
+    assert result.acc == {"v": 100.0, "c": 50.0} and result.front == ["c", "v"]
+    assert "a left out of Acc.: v scored 0" in result.notes
