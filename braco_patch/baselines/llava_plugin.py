@@ -369,6 +369,45 @@ def _view(kind: str):
     return view
 
 
+# ---------------------------------------------------------------------------------------------- cost tools
+
+
+def _cost_tools(method: str, patterns: tuple[str, ...], names: tuple[str, ...], *, square: bool = False) -> dict[str, Any]:
+    """The ``module_flops`` and ``projectors_at_budget`` tools of one method (``braco cost``, ``--projectors all``).
+
+    Args:
+        method: A key of :data:`braco_patch.baselines.cost.MODULE_FLOPS`.
+        patterns: The method's projector-type patterns; the last group of a match is its K (MQT's ``_q{Q}``
+            names read K from ``mm_mqt_num_tokens``, default Q).
+        names: Projector-type templates offered for a budget, e.g. ``("divprune_k{k}",)``.
+        square: The method gives only square numbers of tokens (a C×C grid of regions or frequencies).
+    """
+
+    def module_flops(config: Any, setting: Any) -> Any:
+        from braco_patch.cost.baselines import baseline_module_flops
+
+        name = str(config.mm_projector_type)
+        match = next((m for m in (re.fullmatch(pattern, name) for pattern in patterns) if m is not None), None)
+        if match is None:
+            raise ValueError(f"{name!r} is not a {method} projector type")
+        budget = getattr(config, "mm_mqt_num_tokens", None) if method == "mqt" else None
+        budget = budget or _budget(match)
+        if budget is None:
+            raise ValueError(
+                f"{name!r} keeps an input-dependent number of tokens (adaptive selection), so it has no fixed cost; "
+                f"cost {name}_k<K> instead"
+            )
+        return baseline_module_flops(method, int(budget), setting, projector_type=name)
+
+    def projectors_at_budget(budget: int) -> list[str]:
+        side = math.isqrt(budget)
+        if square and side * side != budget:
+            raise ValueError(f"{method} gives a square number of tokens (4, 9, 16, 25, ...), not {budget}")
+        return [template.format(k=budget) for template in names]
+
+    return {"module_flops": module_flops, "projectors_at_budget": projectors_at_budget}
+
+
 # ---------------------------------------------------------------------------------------------- declarations
 
 _K = r"_k(\d+)"
@@ -389,6 +428,7 @@ PLUGINS = (
         needs=ModelNeeds(attention=True),
         boundary=PruMerge.boundary,
         view=_view("prumerge"),
+        tools=_cost_tools("prumerge", (r"prumerge(?:_k(\d+))?", r"prumerge_plus(?:_k(\d+))?"), ("prumerge_k{k}", "prumerge_plus_k{k}")),
     )),
     register_plugin(CompressorPlugin(
         name="divprune",
@@ -397,6 +437,7 @@ PLUGINS = (
         needs=ModelNeeds(),
         boundary=DivPrune.boundary,
         view=_view("divprune"),
+        tools=_cost_tools("divprune", (r"divprune" + _K,), ("divprune_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="mqt",
@@ -416,6 +457,7 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=MQTAbstractor.boundary,
         view=_view("mqt"),
+        tools=_cost_tools("mqt", (r"mqt" + _K, r"mqt_q(\d+)"), ("mqt_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="quecc",
@@ -428,6 +470,7 @@ PLUGINS = (
         needs=_quecc_needs,
         boundary=QueCC.boundary,
         view=_view("regions"),
+        tools=_cost_tools("quecc", (r"quecc" + _K,), ("quecc_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="tokenpacker",
@@ -440,6 +483,7 @@ PLUGINS = (
         needs=_tokenpacker_needs,
         boundary=TokenPacker.boundary,
         view=_view("regions"),
+        tools=_cost_tools("tokenpacker", (r"tokenpacker" + _K,), ("tokenpacker_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="fouriervlm",
@@ -449,5 +493,6 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=FourierVLM.boundary,
         view=_view("fouriervlm"),
+        tools=_cost_tools("fourier_vlm", (r"fouriervlm" + _K,), ("fouriervlm_k{k}",), square=True),
     )),
 )
