@@ -1,12 +1,12 @@
 """How many visual tokens one image becomes in the LLM input: the one rule, for single views and AnyRes.
 
 The model's merge (:meth:`llava.model.llava_arch.LlavaMetaForCausalLM.image_features`) checks its output against
-:func:`visual_token_count`; ``braco cost`` presets and docs/BACKBONES.md use the same function.
+:func:`visual_token_count`; cost tools and docs/BACKBONES.md use the same function.
 
 Terms: a *view* is one tower-sized square (AnyRes: the whole image squashed, then the crops of the chosen canvas,
 row-major); the tower gives a ``grid`` of gh × gw patch features per view; the projector turns them into K tokens
 per view. A projector *keeps the grid* when K = gh · gw (``mlp2x_gelu``, ``linear``); a compressor gives its budget
-K per view (Braco ``braco_k16``: 16 per view, so a 5-view image gives 80).
+K per view (a 16-token compressor on a 5-view image gives 80).
 
 Merge rules (``mm_patch_merge_type``), V views per image:
 
@@ -108,7 +108,7 @@ def visual_token_count(
 
     Returns:
         The token count, e.g. 2880 for a 1024² image on CLIP-336 with the five LLaVA-1.6 canvases and
-        ``mlp2x_gelu`` (``flat``), 80 with ``braco_k16``, 2928 with ``spatial_unpad``.
+        ``mlp2x_gelu`` (``flat``), 80 with a 16-token compressor, 2928 with ``spatial_unpad``.
 
     Raises:
         ValueError: For an unknown ``merge_type``, a bad grid or budget, or bad pinpoints.

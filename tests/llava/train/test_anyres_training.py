@@ -121,3 +121,34 @@ def test_anyres_two_stages(tmp_path: Path, tiny_base_llm, tiny_tower_dir, anyres
             assert tokens == views * (per_view or GRID * GRID)
         elif per_view is not None:
             assert tokens == views * (per_view + 1)
+
+
+def test_collator_stacks_equal_views_and_lists_unequal_ones(tiny_tower_dir, tiny_tokenizer_dir, anyres_data) -> None:
+    from transformers import AutoTokenizer
+
+    from llava.mm_utils import parse_grid_pinpoints
+    from llava.model.multimodal_encoder.builder import build_vision_tower
+    from llava.train.preprocess import conversation_template
+    from llava.train.supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, read_records
+
+    class Args:
+        mm_vision_tower = str(tiny_tower_dir)
+        mm_vision_select_layer = -2
+
+    processor = build_vision_tower(Args()).image_processor
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    dataset = LazySupervisedDataset(
+        read_records(anyres_data.finetune), tokenizer, conversation_template("v1"), image_folder=str(anyres_data.images),
+        image_processor=processor, image_aspect_ratio="anyres", image_grid_pinpoints=parse_grid_pinpoints(PINPOINTS),
+    )
+    items = [dataset[index] for index in range(len(dataset))]
+    assert [tuple(item["image"].shape) for item in items[:4]] == [(views, 3, 48, 48) for _, views in IMAGES]
+    assert [item["image_size"] for item in items[:4]] == [size for size, _ in IMAGES]
+    collate = DataCollatorForSupervisedDataset(pad_token_id=0, model_max_length=256)
+
+    same = collate([items[2], items[3]])  # 4 views each → [2, 4, 3, 48, 48]
+    assert same["images"].shape == (2, 4, 3, 48, 48) and same["image_sizes"] == [IMAGES[2][0], IMAGES[3][0]]
+    mixed = collate([items[0], items[4], items[1]])  # 5 views, text-only, 3 views → a list
+    assert isinstance(mixed["images"], list) and [tuple(image.shape[:1]) for image in mixed["images"]] == [(5,), (5,), (3,)]
+    assert not mixed["images"][1].any()  # the text-only sample's stand-in: zeros shaped (and sized) like the first image
+    assert mixed["image_sizes"] == [IMAGES[0][0], IMAGES[0][0], IMAGES[1][0]]
