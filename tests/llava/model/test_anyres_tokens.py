@@ -110,3 +110,20 @@ def test_anyres_max_9_shrinks_the_unpadded_map(models) -> None:
     finally:
         model.config.image_aspect_ratio = "anyres"
         model.config.image_grid_pinpoints = SIGLIP_PINPOINTS
+
+
+def test_views_that_do_not_fit_the_image_are_refused(models) -> None:
+    _, model, processor, _ = models("clip", "mlp2x_gelu")
+    model.config.image_aspect_ratio, model.config.mm_patch_merge_type = "anyres", "spatial"
+    pixels = process_images([_image((1024, 1024))], processor, model.config)[0]  # 5 views
+    with pytest.raises(ValueError, match=r"^an image of size \(300, 200\) gives 3 anyres views .* but 5 were given$"):
+        model.image_features([pixels], [(300, 200)])
+    model.config.image_aspect_ratio = "pad"
+    try:
+        with pytest.raises(ValueError, match=r"several views per image needs image_aspect_ratio 'anyres' .* got 'pad'$"):
+            model.image_features([pixels], [(1024, 1024)])
+    finally:
+        model.config.image_aspect_ratio = "anyres"
+    model.config.mm_patch_merge_type = "spatial_maxpool"
+    with pytest.raises(ValueError, match=r"^unknown mm_patch_merge_type 'spatial_maxpool'; expected one of flat, spatial"):
+        model.image_features([pixels], [(1024, 1024)])
