@@ -19,6 +19,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from io import BytesIO
@@ -215,18 +216,48 @@ def divide_to_patches(image: Image.Image, patch_size: int) -> list[Image.Image]:
     ]
 
 
-def parse_grid_pinpoints(grid_pinpoints: str | Sequence[Sequence[int]]) -> list[Resolution]:
+#: NeXT's pinpoint shorthand ``"(1x1),...,(6x6)"``: every (columns, rows) pair in the two ranges, in tower sides.
+_PINPOINT_RANGE = re.compile(r"^\s*\(\s*(\d+)\s*x\s*(\d+)\s*\)\s*,\s*\.\.\.\s*,\s*\(\s*(\d+)\s*x\s*(\d+)\s*\)\s*$")
+
+
+def _pinpoint_range(text: str, side: int | None) -> list[Resolution] | None:
+    """Expand the ``"(AxB),...,(CxD)"`` shorthand to ``(i * side, j * side)`` for i in A..C, j in B..D; ``None``
+    when ``text`` is not the shorthand."""
+    match = _PINPOINT_RANGE.match(text)
+    if match is None:
+        return None
+    first_cols, first_rows, last_cols, last_rows = (int(group) for group in match.groups())
+    if side is None:
+        raise ValueError(
+            f"image_grid_pinpoints {text!r} is a range of grids in tower sides, which needs the tower's input side; "
+            "give an explicit list of [width, height] pairs instead"
+        )
+    if not 1 <= first_cols <= last_cols or not 1 <= first_rows <= last_rows:
+        raise ValueError(f"image_grid_pinpoints {text!r} must run from a smaller grid to a larger one, each side at least 1")
+    return [
+        (cols * side, rows * side)
+        for cols in range(first_cols, last_cols + 1)
+        for rows in range(first_rows, last_rows + 1)
+    ]
+
+
+def parse_grid_pinpoints(grid_pinpoints: str | Sequence[Sequence[int]], side: int | None = None) -> list[Resolution]:
     """Return ``image_grid_pinpoints`` as a list of ``(width, height)`` pairs.
 
     Args:
-        grid_pinpoints: A list of pairs, or its Python-literal string form as stored in
-            ``config.json`` (e.g. ``"[[336, 672], [672, 336], [672, 672]]"``).
+        grid_pinpoints: A list of pairs, its Python-literal string form as stored in ``config.json`` (e.g.
+            ``"[[336, 672], [672, 336], [672, 672]]"``), or LLaVA-NeXT's range shorthand ``"(1x1),...,(6x6)"``
+            (every grid from 1x1 to 6x6 views, in units of ``side``).
+        side: The tower's input side in pixels; needed only for the range shorthand.
 
     Raises:
-        ValueError: If the value is not a non-empty list of integer pairs.
+        ValueError: If the value is not a non-empty list of integer pairs or the range shorthand.
     """
     value: Any = grid_pinpoints
     if isinstance(grid_pinpoints, str):
+        expanded = _pinpoint_range(grid_pinpoints, side)
+        if expanded is not None:
+            return expanded
         try:
             value = ast.literal_eval(grid_pinpoints)
         except (ValueError, SyntaxError):
@@ -235,9 +266,10 @@ def parse_grid_pinpoints(grid_pinpoints: str | Sequence[Sequence[int]]) -> list[
         pairs = [(int(w), int(h)) for w, h in value]
     except (TypeError, ValueError):
         pairs = []
-    if not pairs:
+    if not pairs or any(w <= 0 or h <= 0 for w, h in pairs):
         raise ValueError(
-            f"image_grid_pinpoints must be a non-empty list of [width, height] pairs, got {grid_pinpoints!r}"
+            f"image_grid_pinpoints must be a non-empty list of positive [width, height] pairs or a range such as "
+            f"'(1x1),...,(3x3)', got {grid_pinpoints!r}"
         )
     return pairs
 
@@ -246,7 +278,7 @@ def get_anyres_image_grid_shape(
     image_size: Resolution, grid_pinpoints: str | Sequence[Sequence[int]], patch_size: int
 ) -> tuple[int, int]:
     """Return the ``(columns, rows)`` of patches an image of ``image_size`` is divided into by anyres."""
-    width, height = select_best_resolution(image_size, parse_grid_pinpoints(grid_pinpoints))
+    width, height = select_best_resolution(image_size, parse_grid_pinpoints(grid_pinpoints, patch_size))
     return width // patch_size, height // patch_size
 
 
@@ -307,16 +339,25 @@ def process_anyres_image(
         ``[1 + patches, 3, side, side]``: the global view first, then the patches in row order.
     """
     patch_side, base_side = _processor_sides(processor)
-    best = select_best_resolution(image.size, parse_grid_pinpoints(grid_pinpoints))
+    best = select_best_resolution(image.size, parse_grid_pinpoints(grid_pinpoints, patch_side))
     patches = divide_to_patches(resize_and_pad_image(image, best), patch_side)
     views = [image.resize((base_side, base_side)), *patches]
     return torch.stack([_preprocess_one(processor, view) for view in views], dim=0)
 
 
-def _is_anyres(image_aspect_ratio: str | None) -> bool:
-    return image_aspect_ratio is not None and (
-        image_aspect_ratio == "anyres" or image_aspect_ratio.startswith("anyres_max")
-    )
+#: ``image_aspect_ratio`` values that select anyres: ``anyres`` and LLaVA-NeXT's ``anyres_max_<N>``.
+_ANYRES = re.compile(r"^anyres(?:_max_(\d+))?$")
+
+
+def is_anyres(image_aspect_ratio: str | None) -> bool:
+    """Whether ``image_aspect_ratio`` is ``"anyres"`` or ``"anyres_max_<N>"``."""
+    return image_aspect_ratio is not None and _ANYRES.match(image_aspect_ratio) is not None
+
+
+def anyres_max_views(image_aspect_ratio: str | None) -> int | None:
+    """N of ``"anyres_max_<N>"`` (the stitched ``spatial_unpad`` map is shrunk to about N views), else ``None``."""
+    match = _ANYRES.match(image_aspect_ratio or "")
+    return int(match.group(1)) if match and match.group(1) else None
 
 
 def process_images(
@@ -352,7 +393,7 @@ def process_images(
         processed = [
             _preprocess_one(image_processor, expand2square(_as_rgb(image), fill)) for image in images
         ]
-    elif _is_anyres(aspect_ratio):
+    elif is_anyres(aspect_ratio):
         pinpoints = getattr(model_cfg, "image_grid_pinpoints", None)
         processed = [process_anyres_image(image, image_processor, pinpoints) for image in images]
     else:
@@ -499,7 +540,9 @@ __all__ = [
     "KeywordsStoppingCriteria",
     "divide_to_patches",
     "expand2square",
+    "anyres_max_views",
     "get_anyres_image_grid_shape",
+    "is_anyres",
     "get_model_name_from_path",
     "load_image",
     "load_image_from_base64",

@@ -114,13 +114,13 @@ def pipeline_cost(
         layers = min(layers, vision_layers)
     vision = total(vision_tower_flops(vdims, image_size=inp.image_size, layers=layers, count_attention=acc.count_attention))
     if allocation is None:
-        per_view_tokens, compressor, compressor_ew = grid[0] * grid[1], 0, 0
+        per_view_tokens, compressor, compressor_ew = None, 0, 0
     else:
         check_allocation(allocation, grid, f"budget {allocation.output_tokens} ({allocation.name})")
         per_view_tokens = allocation.output_tokens
         parts = compressor_flops(allocation, spec.mm_hidden, grid, acc.computation, batch=batch * inp.views)
         compressor, compressor_ew = total(parts), elementwise(parts)
-    visual = per_view_tokens * inp.views
+    visual = spec.visual_tokens(inp, per_view_tokens)  # the model's own count (flat merge), base view + crops
     projector = total(projector_flops(visual, spec.mm_hidden, ldims.hidden, spec.projector_depth))
     llm_tokens = visual + acc.prompt_tokens
     llm = total(llm_prefill_flops(ldims, llm_tokens, count_attention=acc.count_attention, lm_head=acc.lm_head))

@@ -4,6 +4,12 @@ A :class:`PipelineSpec` holds transformers configs (vision tower and LLM) and th
 layer, projector depth, views per image). Nothing here downloads anything: presets carry the published
 dimensions, and local configs are read from disk. Known hub names in ``mm_vision_tower`` map to the
 built-in tower configs, so an upstream LLaVA ``config.json`` works as it is.
+
+Tower configs are read through llava's vision-tower registry (the class registered for the config's
+``model_type`` says which transformers config class it is), and visual-token counts come from
+:func:`llava.visual_tokens.visual_token_count`, the rule the model itself is checked against; both are imported
+where used, so importing :mod:`braco_patch` does not import llava. The generalization presets and the recipes in
+``scripts/next/`` describe the same settings (tests/braco_patch/cost/test_recipes.py holds them to it).
 """
 
 from __future__ import annotations
@@ -19,16 +25,50 @@ from transformers import CLIPVisionConfig, LlamaConfig, Qwen2Config, SiglipVisio
 from ..config import OFFICIAL_PATTERN, PROJECTOR_PATTERN
 from .flops import LMDims, VisionDims
 
-__all__ = ["InputSpec", "PipelineSpec", "PRESETS", "list_presets", "get_preset", "load_spec", "load_vision_config"]
+__all__ = ["InputSpec", "KNOWN_TOWERS", "NEXT_PINPOINTS_336", "NEXT_PINPOINTS_384", "PipelineSpec", "PRESETS",
+           "list_presets", "get_preset", "load_spec", "load_vision_config"]
+
+
+#: LLaVA-1.6's five AnyRes canvases for a 336 px tower, as (width, height).
+NEXT_PINPOINTS_336: tuple[tuple[int, int], ...] = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
+#: The same five canvases in 384 px tower sides (SigLIP so400m-384): 5 x 729 = 3645 tokens for a 2x2 canvas.
+NEXT_PINPOINTS_384: tuple[tuple[int, int], ...] = tuple((w * 384 // 336, h * 384 // 336) for w, h in NEXT_PINPOINTS_336)
+#: The image whose views an AnyRes input costs: any image that fills the 2x2 canvas (the paper's nominal count).
+ANYRES_EXAMPLE_IMAGE = (1024, 1024)
 
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One visual-input setting: ``views`` crops of ``image_size`` px each (LLaVA-NeXT AnyRes: 5)."""
+    """One visual-input setting: ``views`` tower inputs of ``image_size`` px each.
+
+    AnyRes inputs name their canvases (``grid_pinpoints``, ``(width, height)``); ``views`` must then be what
+    ``example_image`` gets (the base view plus its canvas's crops: 5 for a 2x2 canvas).
+    """
 
     label: str
     image_size: int
     views: int = 1
+    grid_pinpoints: tuple[tuple[int, int], ...] | None = None
+    example_image: tuple[int, int] = ANYRES_EXAMPLE_IMAGE
+
+    def __post_init__(self) -> None:
+        if self.grid_pinpoints is None:
+            if self.views != 1:
+                raise ValueError(f"input {self.label!r} has {self.views} views but no grid_pinpoints; a single-view input has 1")
+            return
+        from llava.visual_tokens import anyres_view_count
+
+        views = anyres_view_count(self.example_image, self.grid_pinpoints, self.image_size)
+        if views != self.views:
+            raise ValueError(
+                f"input {self.label!r}: a {self.example_image} image gets {views} views with its grid_pinpoints, "
+                f"not {self.views}"
+            )
+
+    @property
+    def image_aspect_ratio(self) -> str:
+        """The training / inference ``image_aspect_ratio`` of this input (``pad`` for one view)."""
+        return "anyres" if self.grid_pinpoints is not None else "pad"
 
 
 @dataclass(frozen=True)
@@ -69,6 +109,18 @@ class PipelineSpec:
         h, w = self.grid(inp)
         return h * w * inp.views
 
+    def visual_tokens(self, inp: InputSpec, per_view: int | None = None) -> int:
+        """Visual tokens the LLM gets for ``inp`` (``flat`` merge): the grid per view, or a budget ``per_view``.
+
+        The count is :func:`llava.visual_tokens.visual_token_count` for ``inp.example_image``, the model's own rule.
+        """
+        from llava.visual_tokens import visual_token_count
+
+        return visual_token_count(
+            inp.example_image, inp.grid_pinpoints, inp.image_size, self.grid(inp), per_view, "flat",
+            image_aspect_ratio=inp.image_aspect_ratio if inp.grid_pinpoints is not None else None,
+        )
+
     def input(self, label: str | None) -> tuple[InputSpec, ...]:
         """All inputs, or the one whose label (token count) is ``label``."""
         if label is None:
@@ -95,6 +147,13 @@ def siglip_so400m_384() -> SiglipVisionConfig:
                               image_size=384, patch_size=14, hidden_act="gelu_pytorch_tanh", vision_use_head=False)
 
 
+def siglip2_so400m_512() -> SiglipVisionConfig:
+    """google/siglip2-so400m-patch16-512 (fixed resolution, stored as ``siglip``): so400m widths, 512 px / 16 → 32 x 32
+    = 1024 tokens, no CLS; ``vision_use_head=False`` as above."""
+    return SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+                              image_size=512, patch_size=16, hidden_act="gelu_pytorch_tanh", vision_use_head=False)
+
+
 def vicuna_7b() -> LlamaConfig:
     """lmsys/vicuna-7b-v1.5 (Llama-2-7B dims): 32 layers, 4096, MLP 11008, 32 heads (no GQA), vocab 32000."""
     return LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -112,6 +171,7 @@ def qwen25_3b() -> Qwen2Config:
 KNOWN_TOWERS: dict[str, Callable[[], Any]] = {
     "openai/clip-vit-large-patch14-336": clip_vit_l14_336,
     "google/siglip-so400m-patch14-384": siglip_so400m_384,
+    "google/siglip2-so400m-patch16-512": siglip2_so400m_512,
 }
 
 PRESETS: dict[str, Callable[[], PipelineSpec]] = {}
@@ -137,7 +197,8 @@ def _llava_v15_7b() -> PipelineSpec:
 @register_preset("llava-next-7b-2880")
 def _llava_next_7b() -> PipelineSpec:
     return PipelineSpec(
-        name="llava-next-7b-2880", vision=clip_vit_l14_336(), llm=vicuna_7b(), inputs=(InputSpec("2880", 336, views=5),),
+        name="llava-next-7b-2880", vision=clip_vit_l14_336(), llm=vicuna_7b(),
+        inputs=(InputSpec("2880", 336, views=5, grid_pinpoints=NEXT_PINPOINTS_336),),
         description="LLaVA-NeXT-style AnyRes, 5 views x 576 = 2880 tokens (flat, no newline tokens); Braco per view",
         paper={"2880": {"vanilla": 40.57, 16: 3.45}},
     )
@@ -147,9 +208,18 @@ def _llava_next_7b() -> PipelineSpec:
 def _qwen25_3b_siglip() -> PipelineSpec:
     return PipelineSpec(
         name="qwen2.5-3b-siglip", vision=siglip_so400m_384(), llm=qwen25_3b(),
-        inputs=(InputSpec("729", 384), InputSpec("1024", 448), InputSpec("3645", 384, views=5)),
-        description="SigLIP so400m/14 (729 tokens at 384 px, 1024 at 448 px, 5 views x 729) + mlp2x_gelu + Qwen2.5-3B",
-        paper={"729": {"vanilla": 5.37, 16: 0.96}, "1024": {"vanilla": 7.40, 16: 1.10}, "3645": {"vanilla": 25.91, 4: 3.50}},
+        inputs=(InputSpec("729", 384), InputSpec("3645", 384, views=5, grid_pinpoints=NEXT_PINPOINTS_384)),
+        description="SigLIP so400m-patch14-384 (729 tokens, or AnyRes 5 views x 729) + mlp2x_gelu + Qwen2.5-3B",
+        paper={"729": {"vanilla": 5.37, 16: 0.96}, "3645": {"vanilla": 25.91, 4: 3.50}},
+    )
+
+
+@register_preset("qwen2.5-3b-siglip2")
+def _qwen25_3b_siglip2() -> PipelineSpec:
+    return PipelineSpec(
+        name="qwen2.5-3b-siglip2", vision=siglip2_so400m_512(), llm=qwen25_3b(), inputs=(InputSpec("1024", 512),),
+        description="SigLIP2 so400m-patch16-512 (native 32 x 32 = 1024 tokens) + mlp2x_gelu + Qwen2.5-3B",
+        paper={"1024": {"vanilla": 7.40, 16: 1.10}},
     )
 
 
@@ -198,23 +268,32 @@ def _lm_config(values: dict, source: str) -> Any:
     return cls(**{k: values[k] for k in _LM_KEYS + _LM_OPTIONAL if values.get(k) is not None})
 
 
+def _vision_config_class(model_type: str, source: str) -> Any:
+    """The transformers config class of the tower that llava's registry builds for ``model_type``."""
+    from llava.model.multimodal_encoder.registry import resolve_vision_tower
+
+    try:
+        return resolve_vision_tower(model_type, source).config_class
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
 def _vision_from_dict(values: dict, source: str) -> Any:
     model_type = values.get("model_type", "")
-    if model_type in ("clip", "siglip") and "vision_config" in values:
-        values, model_type = values["vision_config"], f"{model_type}_vision_model"
-    cls = {"clip_vision_model": CLIPVisionConfig, "siglip_vision_model": SiglipVisionConfig}.get(model_type)
-    if cls is None:
-        raise ValueError(f"{source}: unsupported vision model_type {model_type!r}; expected a CLIP or SigLIP vision config")
+    cls = _vision_config_class(model_type, source)
+    if isinstance(values.get("vision_config"), dict):  # a whole CLIP / SigLIP model: its vision part
+        values = values["vision_config"]
     missing = [k for k in _VISION_KEYS if k not in values]
     if missing:
         raise ValueError(f"{source}: vision config lacks {missing}; these are needed to count its FLOPs")
-    extra = {"vision_use_head": False} if cls is SiglipVisionConfig else {}
+    # LLaVA-style towers read hidden states, so a SigLIP pooling head is never run.
+    extra = {"vision_use_head": False} if "vision_use_head" in cls().to_dict() else {}
     keep = _VISION_KEYS + ("num_channels", "hidden_act", "layer_norm_eps")
     return cls(**{k: values[k] for k in keep if k in values}, **extra)
 
 
 def load_vision_config(path: str | Path) -> Any:
-    """A CLIP/SigLIP vision config from a ``config.json`` (or its folder): full model or vision-only."""
+    """A registered tower's vision config from a ``config.json`` (or its folder): full model or vision-only."""
     values, resolved = _read_json(path, "vision config")
     return _vision_from_dict(values, str(resolved))
 

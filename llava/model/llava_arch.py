@@ -27,7 +27,8 @@ from llava.constants import (
     IGNORE_INDEX,
     IMAGE_TOKEN_INDEX,
 )
-from llava.mm_utils import get_anyres_image_grid_shape
+from llava.mm_utils import anyres_max_views, get_anyres_image_grid_shape, is_anyres
+from llava.visual_tokens import PATCH_MERGE_TYPES, anyres_max_shape, anyres_view_count, visual_token_count
 
 from .multimodal_encoder.builder import build_vision_tower
 from .multimodal_encoder.clip_encoder import CLIPVisionTower
@@ -38,7 +39,6 @@ logger = logging.getLogger(__name__)
 
 PROJECTOR_KEY = "mm_projector"
 PADDING_SIDES = ("left", "right")
-PATCH_MERGE_TYPES = ("flat", "spatial", "spatial_unpad")
 
 ImageInput = torch.Tensor | Sequence[torch.Tensor]
 
@@ -400,6 +400,8 @@ class LlavaMetaForCausalLM(ABC):
         else:
             encoded = [_stack_views(self.encode_images(image)) for image in views]
         merge = getattr(self.config, "mm_patch_merge_type", None) or "flat"
+        if merge not in PATCH_MERGE_TYPES:
+            raise ValueError(f"unknown mm_patch_merge_type {merge!r}; expected one of {', '.join(PATCH_MERGE_TYPES)}")
         if merge == "flat":
             return [feature.flatten(0, 1) if isinstance(feature, torch.Tensor) else torch.cat(feature) for feature in encoded]
         if any(isinstance(feature, list) for feature in encoded):
@@ -407,8 +409,6 @@ class LlavaMetaForCausalLM(ABC):
                 f"mm_patch_merge_type {merge!r} needs the same token count in every view, but this projector's count "
                 "depends on the image; use mm_patch_merge_type 'flat'"
             )
-        if not merge.startswith("spatial"):
-            raise ValueError(f"unknown mm_patch_merge_type {merge!r}; expected one of {', '.join(PATCH_MERGE_TYPES)}")
         if image_sizes is None or len(image_sizes) != len(encoded):
             raise ValueError(
                 f"mm_patch_merge_type {merge!r} needs one (width, height) in image_sizes per image "
@@ -417,44 +417,73 @@ class LlavaMetaForCausalLM(ABC):
         return [self._spatial_merge(feature, size, merge) for feature, size in zip(encoded, image_sizes)]
 
     def _spatial_merge(self, feature: torch.Tensor, image_size: Sequence[int], merge: str) -> torch.Tensor:
-        """Assemble ``[V, K, D]`` anyres views (base view first) into one ``[tokens, D]`` sequence."""
-        unpad = "unpad" in merge
+        """Assemble one image's ``[V, K, D]`` views (base view first) into ``[tokens, D]`` per ``merge``.
+
+        A projector that keeps the patch grid (K = gh·gw) gets upstream's stitching (and, for ``spatial_unpad``,
+        unpadding, ``anyres_max_<N>`` shrinking and a newline per row); compressed views are kept whole, in view
+        order, with one newline after each view under ``spatial_unpad``. The rules and counts are those of
+        :func:`llava.visual_tokens.visual_token_count`, which the result is checked against.
+        """
+        unpad = merge == "spatial_unpad"
         newline = getattr(self.get_model(), "image_newline", None) if unpad else None
         if unpad and newline is None:
             raise RuntimeError(f"mm_patch_merge_type {merge!r} needs model.image_newline, which this model lacks")
-        if feature.shape[0] == 1:
-            single = feature[0]
-            if unpad:
-                single = torch.cat([single, newline[None].to(single)], dim=0)
-            return single
         tower = self.get_vision_tower()
-        side = tower.num_patches_per_side
+        grid = _grid_shape(tower)
+        aspect = getattr(self.config, "image_aspect_ratio", None)
+        views, per_view = feature.shape[0], feature.shape[1]
+        if views > 1 and not is_anyres(aspect):
+            raise ValueError(
+                f"mm_patch_merge_type {merge!r} with several views per image needs image_aspect_ratio 'anyres' or "
+                f"'anyres_max_<N>', got {aspect!r}"
+            )
+        pinpoints = getattr(self.config, "image_grid_pinpoints", None) if views > 1 else None
+        expected_views = anyres_view_count(image_size, pinpoints, tower.image_size, aspect if views > 1 else None)
+        if views != expected_views:
+            raise ValueError(
+                f"an image of size {tuple(image_size)} gives {expected_views} anyres views with image_grid_pinpoints "
+                f"{pinpoints!r}, but {views} were given"
+            )
+        if views == 1 or per_view != grid[0] * grid[1]:
+            merged = self._merge_compressed(feature, newline)
+        else:
+            merged = self._merge_grid(feature, image_size, grid, newline)
+        expected = visual_token_count(
+            image_size, pinpoints, tower.image_size, grid, per_view, merge, image_aspect_ratio=aspect if views > 1 else None
+        )
+        if merged.shape[0] != expected:
+            raise RuntimeError(f"the {merge} merge gave {merged.shape[0]} visual tokens, but the rule says {expected}")
+        return merged
+
+    @staticmethod
+    def _merge_compressed(feature: torch.Tensor, newline: torch.Tensor | None) -> torch.Tensor:
+        """``[V, K, D]`` → ``[V·K, D]`` in view order, or ``[V·(K + 1), D]`` with ``newline`` after each view."""
+        if newline is not None:
+            ends = newline.to(feature)[None, None].expand(feature.shape[0], 1, -1)
+            feature = torch.cat([feature, ends], dim=1)
+        return feature.flatten(0, 1)
+
+    def _merge_grid(
+        self, feature: torch.Tensor, image_size: Sequence[int], grid: tuple[int, int], newline: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Upstream's stitching of grid-keeping views: base view, then the crops as one map (see ``_spatial_merge``)."""
+        tower = self.get_vision_tower()
+        grid_rows, grid_cols = grid
+        cols, rows = get_anyres_image_grid_shape(image_size, self.config.image_grid_pinpoints, tower.image_size)
         base, tiles = feature[0], feature[1:]
-        if base.shape[0] != side * side:
-            raise ValueError(
-                f"mm_patch_merge_type {merge!r} needs {side}x{side}={side * side} tokens per view (a projector "
-                f"that keeps the patch grid), got {base.shape[0]}; use mm_patch_merge_type 'flat'"
-            )
-        aspect = getattr(self.config, "image_aspect_ratio", None) or ""
-        if not aspect.startswith("anyres"):
-            raise ValueError(
-                f"mm_patch_merge_type {merge!r} with several views per image needs image_aspect_ratio 'anyres', "
-                f"got {aspect!r}"
-            )
-        cols, rows = get_anyres_image_grid_shape(image_size, self.config.image_grid_pinpoints, tower.config.image_size)
-        if tiles.shape[0] != rows * cols:
-            raise ValueError(
-                f"an image of size {tuple(image_size)} has a {cols}x{rows} anyres grid, so expected "
-                f"{rows * cols + 1} views, got {feature.shape[0]}"
-            )
-        tiles = tiles.view(rows, cols, side, side, -1)
-        if not unpad:
+        tiles = tiles.view(rows, cols, grid_rows, grid_cols, -1)
+        if newline is None:
             return torch.cat([base, tiles.permute(0, 2, 1, 3, 4).flatten(0, 3)], dim=0)
-        grid = tiles.permute(4, 0, 2, 1, 3).flatten(1, 2).flatten(2, 3)  # [D, rows*side, cols*side]
-        grid = unpad_image(grid, image_size)
-        row_ends = newline[:, None, None].expand(*grid.shape[:-1], 1).to(grid)
-        grid = torch.cat([grid, row_ends], dim=-1)
-        return torch.cat([base, grid.flatten(1, 2).transpose(0, 1)], dim=0)
+        stitched = tiles.permute(4, 0, 2, 1, 3).flatten(1, 2).flatten(2, 3)  # [D, rows*gh, cols*gw]
+        stitched = unpad_image(stitched, image_size)
+        max_views = anyres_max_views(getattr(self.config, "image_aspect_ratio", None))
+        if max_views is not None:
+            height, width = anyres_max_shape(stitched.shape[1], stitched.shape[2], max_views, grid)
+            if (height, width) != tuple(stitched.shape[1:]):
+                stitched = nn.functional.interpolate(stitched[None], size=(height, width), mode="bilinear")[0]
+        row_ends = newline[:, None, None].expand(*stitched.shape[:-1], 1).to(stitched)
+        stitched = torch.cat([stitched, row_ends], dim=-1)
+        return torch.cat([base, stitched.flatten(1, 2).transpose(0, 1)], dim=0)
 
     # ------------------------------------------------------------------------------------------ splice
 

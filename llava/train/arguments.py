@@ -24,6 +24,9 @@ from dataclasses import dataclass, field, make_dataclass
 import transformers
 from transformers import HfArgumentParser
 
+from llava.mm_utils import anyres_max_views, is_anyres, parse_grid_pinpoints
+from llava.visual_tokens import PATCH_MERGE_TYPES
+
 logger = logging.getLogger(__name__)
 
 QUANTIZATION_BITS = (4, 8, 16)
@@ -53,7 +56,15 @@ class DataArguments:
     lazy_preprocess: bool = False
     is_multimodal: bool = False
     image_folder: str | None = field(default=None)
-    image_aspect_ratio: str = "square"
+    image_aspect_ratio: str = field(
+        default="square",
+        metadata={"help": "square, pad, anyres or anyres_max_<N> (AnyRes needs --image_grid_pinpoints)"},
+    )
+    image_grid_pinpoints: str | None = field(
+        default=None,
+        metadata={"help": "AnyRes canvases: a list of [width, height] pairs, or a range of grids such as "
+                          "'(1x1),...,(6x6)' in tower sides (written expanded to config.json)"},
+    )
     skip_bad_samples: bool = field(
         default=False,
         metadata={"help": "drop invalid records (missing image, no <image> marker, ...) and report the counts "
@@ -228,6 +239,31 @@ def check_plugin_arguments(model_args: ModelArguments) -> None:
 # ---------------------------------------------------------------------------------------------- parsing
 
 
+def check_image_arguments(model_args: ModelArguments, data_args: DataArguments) -> None:
+    """Check ``--image_aspect_ratio``, ``--image_grid_pinpoints`` and ``--mm_patch_merge_type`` together.
+
+    Raises:
+        ValueError: One sentence naming the bad value and what is accepted.
+    """
+    aspect = data_args.image_aspect_ratio
+    if aspect not in IMAGE_ASPECT_RATIOS and not is_anyres(aspect):
+        raise ValueError(
+            f"--image_aspect_ratio must be one of {', '.join(IMAGE_ASPECT_RATIOS)}, anyres or anyres_max_<N> for "
+            f"training, got {aspect!r}"
+        )
+    if anyres_max_views(aspect) == 0:
+        raise ValueError(f"--image_aspect_ratio {aspect!r} keeps no view; use anyres_max_<N> with N at least 1")
+    merge = model_args.mm_patch_merge_type or "flat"
+    if merge not in PATCH_MERGE_TYPES:
+        raise ValueError(f"--mm_patch_merge_type must be one of {', '.join(PATCH_MERGE_TYPES)}, got {merge!r}")
+    if is_anyres(aspect) and not data_args.image_grid_pinpoints:
+        raise ValueError(f"--image_aspect_ratio {aspect} needs --image_grid_pinpoints (e.g. '(1x1),...,(2x2)')")
+    if data_args.image_grid_pinpoints and not is_anyres(aspect):
+        raise ValueError(f"--image_grid_pinpoints is used only with --image_aspect_ratio anyres, got {aspect!r}")
+    if data_args.image_grid_pinpoints:
+        parse_grid_pinpoints(data_args.image_grid_pinpoints, side=1)  # syntax only; the side comes with the tower
+
+
 def check_arguments(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
     """Reject argument combinations this build cannot train, with one sentence each."""
     if not data_args.data_path:
@@ -236,10 +272,7 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, traini
         raise ValueError(f"--bits must be one of {QUANTIZATION_BITS}, got {training_args.bits}")
     if training_args.lora_bias not in LORA_BIASES:
         raise ValueError(f"--lora_bias must be one of {LORA_BIASES}, got {training_args.lora_bias!r}")
-    if data_args.image_aspect_ratio not in IMAGE_ASPECT_RATIOS:
-        raise ValueError(
-            f"--image_aspect_ratio must be one of {IMAGE_ASPECT_RATIOS} for training, got {data_args.image_aspect_ratio!r}"
-        )
+    check_image_arguments(model_args, data_args)
     if model_args.mm_use_im_start_end and model_args.tune_mm_mlp_adapter:
         raise ValueError("--mm_use_im_start_end True together with --tune_mm_mlp_adapter True is not supported")
     for flag in ("pretrain_mm_mlp_adapter", "tune_mm_mlp_adapter"):
@@ -265,6 +298,7 @@ __all__ = [
     "ModelArguments",
     "TrainingArguments",
     "check_arguments",
+    "check_image_arguments",
     "check_plugin_arguments",
     "model_arguments_class",
     "parse_arguments",

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 from transformers import AutoTokenizer
 
+from llava.mm_utils import is_anyres, parse_grid_pinpoints
 from llava.model.language_model.llava_llama import LlavaLlamaForCausalLM
 from llava.model.multimodal_projector.builder import build_vision_projector
 from llava.model.multimodal_projector.plugins import owner_of
@@ -160,6 +161,9 @@ def setup_vision(model: nn.Module, model_args: ModelArguments, data_args: DataAr
     tower = model.get_vision_tower()
     tower.to(dtype=compute_dtype(training_args), device=training_args.device)
     config.image_aspect_ratio = data_args.image_aspect_ratio
+    if is_anyres(data_args.image_aspect_ratio):
+        # Written expanded (NeXT's train.py does the same) so that inference needs no tower side to read it.
+        config.image_grid_pinpoints = [list(pair) for pair in parse_grid_pinpoints(data_args.image_grid_pinpoints, tower.image_size)]
     config.tokenizer_padding_side = tokenizer.padding_side
     config.tokenizer_model_max_length = tokenizer.model_max_length
     config.tune_mm_mlp_adapter = model_args.tune_mm_mlp_adapter

@@ -203,7 +203,8 @@ def load_training_records(
 
 
 class LazySupervisedDataset(Dataset):
-    """Checked records → ``{"input_ids": [T], "labels": [T]}`` plus ``"image": [3, H, W]`` for image samples.
+    """Checked records → ``{"input_ids": [T], "labels": [T]}``; image samples add ``"image"`` (``[3, H, W]``, or
+    ``[V, 3, H, W]`` views for AnyRes) and ``"image_size"`` (the original ``(width, height)``).
 
     Args:
         records: From :func:`load_training_records`.
@@ -211,7 +212,9 @@ class LazySupervisedDataset(Dataset):
         conv: The training template (:func:`llava.train.preprocess.conversation_template`).
         image_folder: Root of the records' ``image`` paths.
         image_processor: The vision tower's processor; ``None`` for text-only training.
-        image_aspect_ratio: ``"pad"`` (pad to square with the mean colour first) or ``"square"``.
+        image_aspect_ratio: ``"pad"`` (pad to square with the mean colour first), ``"square"``, or ``"anyres"`` /
+            ``"anyres_max_<N>"`` (base view plus the crops of the best canvas, as at inference).
+        image_grid_pinpoints: AnyRes canvases, as in ``config.json`` (expanded list of ``[width, height]``).
         mm_use_im_start_end: Wrap ``<image>`` in start/end tokens.
     """
 
@@ -224,6 +227,7 @@ class LazySupervisedDataset(Dataset):
         image_folder: str | None = None,
         image_processor: Any = None,
         image_aspect_ratio: str = "square",
+        image_grid_pinpoints: Any = None,
         mm_use_im_start_end: bool = False,
     ) -> None:
         self.records = list(records)
@@ -231,7 +235,7 @@ class LazySupervisedDataset(Dataset):
         self.conv = conv
         self.image_folder = image_folder
         self.image_processor = image_processor
-        self.aspect = SimpleNamespace(image_aspect_ratio=image_aspect_ratio)
+        self.aspect = SimpleNamespace(image_aspect_ratio=image_aspect_ratio, image_grid_pinpoints=image_grid_pinpoints)
         self.mm_use_im_start_end = mm_use_im_start_end
 
     def __len__(self) -> int:
@@ -267,17 +271,18 @@ class LazySupervisedDataset(Dataset):
             raise ValueError(f"{_describe(index, record)}: {error}") from None
         path = image_path(record, self.image_folder) if self.multimodal else None
         if path is not None:
-            sample["image"] = self.load_image(path, index, record)
+            sample["image"], sample["image_size"] = self.load_image(path, index, record)
         return sample
 
-    def load_image(self, path: str, index: int, record: dict[str, Any]) -> torch.Tensor:
-        """``[3, H, W]`` pixels, processed as at inference (``process_images``)."""
+    def load_image(self, path: str, index: int, record: dict[str, Any]) -> tuple[torch.Tensor, tuple[int, int]]:
+        """``([3, H, W] or [V, 3, H, W] pixels, (width, height))``, processed as at inference (``process_images``)."""
         try:
             with Image.open(path) as opened:
                 image = opened.convert("RGB")
         except (OSError, UnidentifiedImageError) as error:
             raise ValueError(f"{_describe(index, record)}: cannot read image {path!r} ({error})") from None
-        return process_images([image], self.image_processor, self.aspect)[0]
+        pixels = process_images([image], self.image_processor, self.aspect)
+        return pixels[0], image.size
 
 
 # ---------------------------------------------------------------------------------------------- batching
@@ -287,6 +292,8 @@ class LazySupervisedDataset(Dataset):
 class DataCollatorForSupervisedDataset:
     """Right-pad ids (pad token) and labels (``IGNORE_INDEX``), truncate both to ``model_max_length``, stack images.
 
+    ``images`` is ``[B, 3, H, W]``, or ``[B, V, 3, H, W]`` for AnyRes when every image has V views, else a list of
+    ``[V_i, 3, H, W]`` tensors; ``image_sizes`` lists each image's ``(width, height)`` (the spatial merges need it).
     The attention mask marks each sample's real tokens (upstream used ``ids != pad``, which also hides any
     ``<unk>`` inside a text, because pad is unk). In a batch that mixes image and text-only samples, each
     text-only sample gets an all-zero stand-in image, which the model consumes and drops (as upstream); a batch
@@ -307,11 +314,15 @@ class DataCollatorForSupervisedDataset:
             labels[row, :length] = item["labels"][:length]
             attention_mask[row, :length] = True
         batch: dict[str, Any] = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
-        real = [item["image"] for item in instances if "image" in item]
+        real = [item for item in instances if "image" in item]
         if real:
-            images = [item["image"] if "image" in item else torch.zeros_like(real[0]) for item in instances]
+            # A stand-in copies the first image's shape and size, so that it merges (and is dropped) like a real one.
+            stand_in = (torch.zeros_like(real[0]["image"]), real[0]["image_size"])
+            pairs = [(item["image"], item["image_size"]) if "image" in item else stand_in for item in instances]
+            images = [image for image, _ in pairs]
             same = all(image.shape == images[0].shape for image in images)
             batch["images"] = torch.stack(images) if same else images
+            batch["image_sizes"] = [tuple(size) for _, size in pairs]
         return batch
 
 

@@ -113,7 +113,9 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
 
     dataset = LazySupervisedDataset(
         records, tokenizer, conv, image_folder=data_args.image_folder, image_processor=image_processor,
-        image_aspect_ratio=data_args.image_aspect_ratio, mm_use_im_start_end=model_args.mm_use_im_start_end,
+        image_aspect_ratio=data_args.image_aspect_ratio,
+        image_grid_pinpoints=getattr(llava_config(model), "image_grid_pinpoints", None),
+        mm_use_im_start_end=model_args.mm_use_im_start_end,
     )
     save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
     trainer = LLaVATrainer(

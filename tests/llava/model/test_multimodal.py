@@ -187,13 +187,24 @@ def test_anyres_spatial_unpad_merge(loaded) -> None:
 
 
 @BRACO
-def test_spatial_merge_needs_a_grid_preserving_projector(loaded) -> None:
-    extra = {"mm_patch_merge_type": "spatial", "image_aspect_ratio": "anyres", "image_grid_pinpoints": [[48, 96]]}
+@pytest.mark.parametrize("merge", ["spatial", "spatial_unpad"])
+def test_spatial_merges_keep_compressed_views_whole(loaded, merge) -> None:
+    """A compressor's views are not a grid: base view's K, then each crop's K in row-major order (+ a newline each)."""
+    pinpoints = [[48, 96], [96, 48], [96, 96]]
+    extra = {"mm_patch_merge_type": merge, "image_aspect_ratio": "anyres", "image_grid_pinpoints": pinpoints}
     tokenizer, model, image_processor, _ = loaded("braco_c2s5", extra)
-    image = make_images(3)[2]
+    image = make_images(3)[2]  # 24x48 → 1 column x 2 rows, so 3 views
     processed = pixels([image], image_processor, model)
-    with pytest.raises(ValueError, match=r"needs 6x6=36 tokens per view .* got 9"):
-        model.prepare_inputs_labels_for_multimodal(prompt_ids(tokenizer, "Hi")[None], None, None, None, None, processed, [image.size])
+    ids = prompt_ids(tokenizer, "Hi")[None]
+    with torch.no_grad():
+        embeds = model.prepare_inputs_labels_for_multimodal(ids, None, None, None, None, processed, [image.size])[4]
+        views = model.encode_images(processed[0])  # [3, 9, D]
+    if merge == "spatial_unpad":
+        newline = model.get_model().image_newline
+        views = torch.cat([views, newline.expand(views.shape[0], 1, -1)], dim=1)
+    start = int((ids[0] == IMAGE_TOKEN_INDEX).nonzero())
+    assert embeds.shape[1] == ids.shape[1] - 1 + views.shape[0] * views.shape[1]
+    torch.testing.assert_close(embeds[0, start : start + views.shape[0] * views.shape[1]], views.flatten(0, 1), rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------------------------------------ bad input

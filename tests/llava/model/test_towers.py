@@ -290,7 +290,8 @@ def test_non_square_grid_is_refused_where_a_square_is_needed(tmp_path, monkeypat
 
 def test_cost_presets_count_the_tokens_the_registry_tower_gives(tmp_path) -> None:
     """Each `braco cost` preset's tower config, saved and built through the registry, gives the preset's per-view
-    token count at the tower's own input side (CLIP-L/336: 576 with CLS dropped; SigLIP-384/14: 27 x 27 = 729)."""
+    token count at the tower's own input side (CLIP-L/336: 576 with CLS dropped; SigLIP-384/14: 27 x 27 = 729;
+    SigLIP2-512/16: 32 x 32 = 1024)."""
     from braco_patch.cost.presets import get_preset, list_presets
 
     checked = 0
@@ -298,13 +299,13 @@ def test_cost_presets_count_the_tokens_the_registry_tower_gives(tmp_path) -> Non
         spec = get_preset(name)
         spec.vision.save_pretrained(tmp_path / name)
         tower = build_vision_tower(_args(tmp_path / name, mm_vision_select_layer=spec.select_layer), delay_load=True)
-        expected_side = {"clip": 336, "siglip": 384}[tower.family]
-        assert tower.image_size == expected_side
+        assert tower.image_size in {"clip": (336,), "siglip": (384, 512)}[tower.family]
         for inp in spec.inputs:
             if inp.image_size == tower.image_size:
                 assert spec.feature_tokens(inp) == inp.views * tower.num_patches == int(inp.label)
+                assert spec.visual_tokens(inp) == int(inp.label)
                 checked += 1
-    assert checked >= 4  # 576, 2880, 729, 3645
+    assert checked >= 5  # 576, 2880, 729, 3645, 1024
 
 
 @pytest.mark.parametrize("key", ["clip", "siglip-odd"])
