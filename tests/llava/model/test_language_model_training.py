@@ -5,7 +5,6 @@ plain model's ``model_type``, the outputs are ``llava_qwen`` / ``llava_mistral``
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from llava.constants import IGNORE_INDEX, IMAGE_TOKEN_INDEX
 from llava.model.language_model.registry import list_language_models, register_language_model, resolve_language_model
@@ -112,6 +112,15 @@ def test_registering_a_claimed_base_type_is_refused() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- full checkpoints
+
+
+def test_transformers_auto_classes_know_the_llava_model_types(loaded) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    for llm, (model_type, class_name, _) in LLMS.items():
+        config = AutoConfig.from_pretrained(loaded(llm)[0])
+        assert config.model_type == model_type and type(config) is resolve_language_model(model_type).config_class
+        assert AutoModelForCausalLM.from_config(config).__class__.__name__ == class_name
 
 
 def test_checkpoint_files_follow_the_released_formats(loaded) -> None:
