@@ -271,3 +271,59 @@ def test_lora_checkpoint_on_a_plain_base(root, towers, bases, llm) -> None:
     ids = prompt_ids(tokenizer, "Describe it.", conv_mode=LLMS[llm][2])
     images = pixels(make_images(1), processor, model)
     assert model.generate(ids[None], images=images, do_sample=False, max_new_tokens=3, pad_token_id=tokenizer.pad_token_id).shape[0] == 1
+
+
+# ---------------------------------------------------------------------------------------------- a new LLM
+
+
+@pytest.fixture
+def qwen3_registered():
+    """A new family registered the documented way: one thin module (three classes) and one registration."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3Model
+
+    from llava.model.language_model import registry
+    from llava.model.language_model.base import LlavaConfigMixin
+    from llava.model.llava_arch import LlavaMetaForCausalLM, LlavaMetaModel
+
+    class LlavaQwen3Config(LlavaConfigMixin, Qwen3Config):
+        model_type = "llava_qwen3_test"
+
+    class LlavaQwen3Model(LlavaMetaModel, Qwen3Model):
+        config_class = LlavaQwen3Config
+
+    class LlavaQwen3ForCausalLM(LlavaMetaForCausalLM, Qwen3ForCausalLM):
+        config_class = LlavaQwen3Config
+        llava_model_class = LlavaQwen3Model
+
+    entry = register_language_model("llava_qwen3_test", LlavaQwen3Config, LlavaQwen3ForCausalLM, base_model_type="qwen3")
+    yield entry
+    del registry._REGISTRY["llava_qwen3_test"]
+
+
+def test_a_newly_registered_llm_loads_and_generates_with_no_other_change(qwen3_registered, towers, tokenizers, tmp_path) -> None:
+    from llava.model.tiny import _multimodal_keys
+
+    entry = qwen3_registered
+    tokenizer_dir = tokenizers["qwen2"]
+    config = entry.config_class(
+        vocab_size=448, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=True,
+        **_multimodal_keys(towers["clip"], "mlp2x_gelu", None),
+    )
+    path = tmp_path / "llava-tiny-qwen3"
+    torch.manual_seed(0)
+    entry.causal_lm_class(config).save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(tokenizer_dir / name, path / name)
+    assert json.loads((path / "config.json").read_text())["model_type"] == "llava_qwen3_test"
+
+    tokenizer, model, processor, _ = load(path)
+    assert type(model) is entry.causal_lm_class
+    ids = prompt_ids(tokenizer, "What is in the image?", conv_mode="qwen_1_5")
+    images = pixels(make_images(1), processor, model)
+    with torch.no_grad():
+        embeds = model.prepare_inputs_labels_for_multimodal(ids[None], None, None, None, None, images)[4]
+    assert embeds.shape[1] == len(ids) - 1 + GRID * GRID
+    assert model.generate(ids[None], images=images, do_sample=False, max_new_tokens=3, pad_token_id=tokenizer.pad_token_id).shape[0] == 1
+    # A plain Qwen3 directory as model_base now resolves to the new class as well.
+    assert resolve_language_model("qwen3") is entry
