@@ -294,8 +294,8 @@ def _prepare_multimodal(
     """Add the image tokens the config asks for, grow the embeddings if needed, load the vision tower.
 
     ``mm_use_im_patch_token`` defaults to True when absent, as upstream. The embeddings only ever grow: Qwen2
-    checkpoints carry more rows (151936) than their tokenizer has tokens (151665), and shrinking them (as
-    LLaVA-NeXT's loader does) would cut trained rows and break tied weights' shapes against the checkpoint.
+    checkpoints carry more rows (151936) than their tokenizer has tokens (151665); shrinking them to
+    ``len(tokenizer)`` (as LLaVA-NeXT's loader does) would drop rows of the checkpoint for no gain.
     """
     config = model.config
     if getattr(config, "mm_use_im_patch_token", True):
