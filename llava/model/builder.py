@@ -9,6 +9,11 @@ Which loader runs depends on the model name, by upstream's documented rules (:fu
 * name contains ``llava``, no base: a full checkpoint;
 * anything else: a plain language model (no image processor), merged with a PEFT adapter if a base is given.
 
+Which LLaVA class loads a checkpoint is decided by its ``config.json`` ``model_type`` through the
+language-model registry (:mod:`llava.model.language_model.registry`: ``llava_llama``/``llava``,
+``llava_qwen``, ``llava_mistral``, and plugins); a ``model_base`` may be a plain ``llama``/``qwen2``/``mistral``
+directory of the same family.
+
 Weights: safetensors first; ``.bin`` files only through ``torch.load(weights_only=True)``.
 """
 
@@ -25,7 +30,7 @@ from transformers.utils import cached_file
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
 
-from .language_model.llava_llama import LlavaConfig, LlavaLlamaForCausalLM
+from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
 from .llava_arch import load_projector_weights, load_weights_file, projector_state_dict
 
 logger = logging.getLogger(__name__)
@@ -34,7 +39,6 @@ CheckpointKind = Literal["llava_lora", "llava_projector", "llava_full", "languag
 
 PROJECTOR_FILES = ("mm_projector.safetensors", "mm_projector.bin")
 NON_LORA_FILES = ("non_lora_trainables.safetensors", "non_lora_trainables.bin")
-SUPPORTED_MODEL_TYPES = ("llava_llama", "llava")
 DEFAULT_CONTEXT_LENGTH = 2048
 
 
@@ -147,14 +151,20 @@ def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(path, use_fast=False)
 
 
-def _llava_config(model_path: str) -> LlavaConfig:
-    config = LlavaConfig.from_pretrained(model_path)
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
+def _llava_config(model_path: str) -> tuple[LanguageModelEntry, Any]:
+    """The registry entry chosen by ``model_path``'s ``model_type`` and its config, read by that entry's class."""
+    entry = language_model_for_checkpoint(model_path)
+    return entry, entry.config_class.from_pretrained(model_path)
+
+
+def _check_base(entry: LanguageModelEntry, model_path: str, model_base: str) -> None:
+    """Refuse a ``model_base`` of another LLM family than the checkpoint's (its weights would not fit)."""
+    base_entry = language_model_for_checkpoint(model_base)
+    if base_entry.model_type != entry.model_type:
         raise ValueError(
-            f"{model_path!r} has model_type {config.model_type!r}; this build loads LLaVA checkpoints of type "
-            f"{' or '.join(SUPPORTED_MODEL_TYPES)}"
+            f"model_base {model_base!r} is a {base_entry.base_model_type} model but {model_path!r} is a "
+            f"{entry.model_type} checkpoint; pass a {entry.base_model_type} (or {entry.model_type}) directory as model_base"
         )
-    return config
 
 
 def _find_file(model_path: str, filenames: tuple[str, ...]) -> str | None:
@@ -180,9 +190,9 @@ def _require(package: str, purpose: str) -> None:
 
 
 def _load_llava_full(model_path: str, load_kwargs: dict[str, Any]) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    config = _llava_config(model_path)
+    entry, config = _llava_config(model_path)
     tokenizer = _load_tokenizer(model_path)
-    model, info = LlavaLlamaForCausalLM.from_pretrained(
+    model, info = entry.causal_lm_class.from_pretrained(
         model_path, config=config, output_loading_info=True, **load_kwargs
     )
     _check_projector_keys(info, model_path)
@@ -211,7 +221,8 @@ def _loading_field(info: Any, name: str) -> Any:
 def _load_llava_projector(
     model_path: str, model_base: str, load_kwargs: dict[str, Any]
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    config = _llava_config(model_path)
+    entry, config = _llava_config(model_path)
+    _check_base(entry, model_path, model_base)
     tokenizer = _load_tokenizer(model_base)
     weights_file = _find_file(model_path, PROJECTOR_FILES)
     if weights_file is None:
@@ -219,7 +230,7 @@ def _load_llava_projector(
             f"{model_path!r} has no {' or '.join(PROJECTOR_FILES)}; a projector-only checkpoint needs one "
             "(or drop model_base to load a full checkpoint)"
         )
-    model = LlavaLlamaForCausalLM.from_pretrained(model_base, config=config, **load_kwargs)
+    model = entry.causal_lm_class.from_pretrained(model_base, config=config, **load_kwargs)
     weights = projector_state_dict(load_weights_file(weights_file))
     load_projector_weights(model.get_model().mm_projector, weights, repr(weights_file))
     return tokenizer, model
@@ -231,9 +242,10 @@ def _load_llava_lora(
     _require("peft", "loading a LoRA checkpoint")
     from peft import PeftModel
 
-    config = _llava_config(model_path)
+    entry, config = _llava_config(model_path)
+    _check_base(entry, model_path, model_base)
     tokenizer = _load_tokenizer(model_base)
-    model = LlavaLlamaForCausalLM.from_pretrained(model_base, config=config, **load_kwargs)
+    model = entry.causal_lm_class.from_pretrained(model_base, config=config, **load_kwargs)
     trainables_file = _find_file(model_path, NON_LORA_FILES)
     if trainables_file is None:
         raise ValueError(f"{model_path!r} has no {' or '.join(NON_LORA_FILES)}, which a LLaVA LoRA checkpoint needs")
@@ -279,16 +291,18 @@ def _load_language_model(
 def _prepare_multimodal(
     tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, device_map: Any, device: str
 ) -> Any:
-    """Add the image tokens the config asks for, resize the embeddings, load the vision tower.
+    """Add the image tokens the config asks for, grow the embeddings if needed, load the vision tower.
 
-    ``mm_use_im_patch_token`` defaults to True when absent, as upstream.
+    ``mm_use_im_patch_token`` defaults to True when absent, as upstream. The embeddings only ever grow: Qwen2
+    checkpoints carry more rows (151936) than their tokenizer has tokens (151665); shrinking them to
+    ``len(tokenizer)`` (as LLaVA-NeXT's loader does) would drop rows of the checkpoint for no gain.
     """
     config = model.config
     if getattr(config, "mm_use_im_patch_token", True):
         tokenizer.add_tokens([DEFAULT_IMAGE_PATCH_TOKEN], special_tokens=True)
     if getattr(config, "mm_use_im_start_end", False):
         tokenizer.add_tokens([DEFAULT_IM_START_TOKEN, DEFAULT_IM_END_TOKEN], special_tokens=True)
-    if model.get_input_embeddings().weight.shape[0] != len(tokenizer):
+    if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
 
     vision_tower = model.get_vision_tower()

@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
+from transformers import PreTrainedModel
 from transformers import initialization as hf_init
 
 from llava.constants import (
@@ -273,13 +274,139 @@ class LlavaMetaModel:
 
 
 class LlavaMetaForCausalLM(ABC):
-    """Mixin for the causal-LM class: image encoding and the splice of visual tokens into the text."""
+    """Mixin for the causal-LM class: construction, ``forward``, ``generate``, image encoding and the splice.
+
+    Everything here is model-agnostic, so a new LLM is a thin subclass listed first in the bases (its
+    ``forward``/``generate`` must win over the plain LLM's)::
+
+        class LlavaQwenForCausalLM(LlavaMetaForCausalLM, Qwen2ForCausalLM):
+            config_class = LlavaQwenConfig
+            llava_model_class = LlavaQwenModel   # (LlavaMetaModel, Qwen2Model)
+
+    Parameter names are the plain LLM's (``model.*``, ``lm_head``) plus ``model.mm_projector.*`` and
+    ``model.image_newline``, as upstream and LLaVA-NeXT checkpoints store them.
+    """
 
     config: Any
+    #: The LLaVA base model class (``LlavaMetaModel`` mixed into the plain LLM's base model).
+    llava_model_class: ClassVar[type[nn.Module]]
+    # Self-trained checkpoints also hold the tower weights; the tower is always loaded from its own directory.
+    _keys_to_ignore_on_load_unexpected = [r"^model\.vision_tower\."]
 
-    @abstractmethod
+    def __init__(self, config: Any) -> None:
+        # The plain causal LM's __init__ would build the plain base model; build the LLaVA one in its place,
+        # with the same attribute names (``model``, ``lm_head``, no bias) so checkpoints load unchanged.
+        PreTrainedModel.__init__(self, config)
+        self.model = self.llava_model_class(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
     def get_model(self) -> LlavaMetaModel:
         """The base model that carries :class:`LlavaMetaModel`."""
+        return self.model
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        init_image_newline(module)
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
+        """``PreTrainedModel.from_pretrained``, then :meth:`LlavaMetaModel.restore_projector_buffers`."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        model.get_model().restore_projector_buffers()
+        return loaded
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Any = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        images: ImageInput | None = None,
+        image_sizes: Sequence[Sequence[int]] | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Any,
+    ) -> Any:
+        """The plain LLM's forward on text with the images spliced in.
+
+        Args:
+            input_ids: ``[B, L]`` with ``IMAGE_TOKEN_INDEX`` (-200) where each image goes.
+            attention_mask: ``[B, L]``, 1 for tokens, 0 for padding (either side).
+            images: ``[N, 3, H, W]`` (or a list / 5-D tensor of views, see ``image_features``), one per marker.
+            image_sizes: ``(width, height)`` per image (anyres).
+            labels: ``[B, L]``; image positions get ``IGNORE_INDEX`` in the spliced labels.
+            Other arguments: as the plain causal LM's ``forward``.
+
+        Returns:
+            ``CausalLMOutputWithPast`` with ``logits`` ``[B, L', vocab]`` over the spliced sequence.
+        """
+        if inputs_embeds is None:
+            (input_ids, position_ids, attention_mask, past_key_values, inputs_embeds, labels) = (
+                self.prepare_inputs_labels_for_multimodal(
+                    input_ids, position_ids, attention_mask, past_key_values, labels, images, image_sizes
+                )
+            )
+        return super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            labels=labels,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
+
+    @torch.no_grad()
+    def generate(
+        self,
+        inputs: torch.LongTensor | None = None,
+        images: ImageInput | None = None,
+        image_sizes: Sequence[Sequence[int]] | None = None,
+        **kwargs: Any,
+    ) -> torch.LongTensor:
+        """Generate from prompts with images; returns only the new tokens, ``[B, new_tokens]``.
+
+        The images are spliced into ``inputs_embeds`` and only those go to transformers' ``generate``, so the
+        prompt is not echoed (upstream's behaviour).
+
+        Args:
+            inputs: ``[B, L]`` prompt ids with ``IMAGE_TOKEN_INDEX`` markers; a batch must be left-padded and
+                come with ``attention_mask``.
+            images: One image per marker, in batch order (see ``forward``).
+            image_sizes: ``(width, height)`` per image.
+            **kwargs: transformers generation options (``attention_mask``, ``max_new_tokens``,
+                ``do_sample``, ``streamer``, ...). ``inputs_embeds`` is not accepted.
+        """
+        name = type(self).__name__
+        if "inputs_embeds" in kwargs:
+            raise ValueError(f"{name}.generate builds inputs_embeds itself; pass inputs (token ids) instead")
+        if inputs is None:
+            raise ValueError(f"{name}.generate needs prompt token ids in inputs, got None")
+        position_ids = kwargs.pop("position_ids", None)
+        attention_mask = kwargs.pop("attention_mask", None)
+        if images is not None:
+            _, position_ids, attention_mask, _, inputs_embeds, _ = self.prepare_inputs_labels_for_multimodal(
+                inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left"
+            )
+        else:
+            if bool((inputs == IMAGE_TOKEN_INDEX).any()):
+                raise ValueError(
+                    f"the prompts hold {int((inputs == IMAGE_TOKEN_INDEX).sum())} <image> markers but no images "
+                    "were given; pass images= or remove '<image>' from the prompt"
+                )
+            inputs_embeds = self.get_model().embed_tokens(inputs)
+        if position_ids is not None:
+            kwargs["position_ids"] = position_ids
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+        return super().generate(inputs_embeds=inputs_embeds, **kwargs)
 
     def get_vision_tower(self) -> CLIPVisionTower | None:
         return self.get_model().get_vision_tower()

@@ -1,7 +1,8 @@
 """Tiny, randomly initialised LLaVA pieces saved in upstream's on-disk formats, for tests and CPU demos.
 
 Nothing is downloaded: the tokenizer is a sentencepiece model trained in-process on a few sentences, the
-vision tower a random CLIP or SigLIP model, the LLM a random LLaMA. Every builder writes a directory that
+vision tower a random CLIP or SigLIP model, the LLM a random LLaMA, Qwen2 (with a byte-level BPE tokenizer trained
+in-process with ``tokenizers``) or Mistral. Every builder writes a directory that
 the normal loaders read (``load_pretrained_model``, ``CLIPVisionModel.from_pretrained``,
 ``AutoTokenizer.from_pretrained``), so code under test takes the same path as with released weights.
 
@@ -30,7 +31,9 @@ PathLike = str | os.PathLike[str]
 
 #: Upstream's special-token layout for LLaMA / Vicuna tokenizers: pad is unk.
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
-TOKENIZER_FILES = ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+TOKENIZER_FILES = (
+    "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "vocab.json", "merges.txt",
+)
 
 DEFAULT_TEXTS = (
     "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
@@ -111,6 +114,80 @@ def train_tiny_tokenizer(out_dir: PathLike, texts: Iterable[str] | None = None, 
     special_tokens = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": UNK}
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     (path / "special_tokens_map.json").write_text(json.dumps(special_tokens, indent=2))
+    return path
+
+
+#: The first three of Qwen2's special tokens (ids right after the regular vocabulary, in this order).
+QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+# Qwen2's tokenizer.json split pattern: contractions, letter runs (one leading non-letter), single digits,
+# punctuation runs, newline runs, other whitespace.
+QWEN_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+QWEN_TEXTS = (
+    "You are a helpful assistant. You are Qwen, created by Alibaba Cloud.",
+    "system\nuser\nassistant\n",
+    "What is shown in the image? A red square on a white background.",
+    "How many circles are there? There are 3 circles.",
+    "A chat between a curious human and an artificial intelligence assistant. Answer the questions.",
+    "Describe the image. A square next to a circle, number 0 1 2 3 4 5 6 7 8 9.",
+    "Answer the question using a single word or phrase. Yes No left right top bottom",
+)
+
+
+def train_tiny_qwen_tokenizer(out_dir: PathLike, texts: Iterable[str] | None = None, vocab_size: int = 400) -> Path:
+    """Train a Qwen2-style byte-level BPE with the ``tokenizers`` library and save a Qwen2 tokenizer directory.
+
+    As Qwen2's: NFC normalisation, Qwen2's split pattern then byte-level mapping, no BOS added, the special
+    tokens ``<|endoftext|>`` (pad; also eos of base models), ``<|im_start|>``, ``<|im_end|>`` (eos, as in the
+    Instruct models) right after the regular vocabulary, no unk. The directory holds ``tokenizer.json``,
+    ``vocab.json``, ``merges.txt`` and ``tokenizer_config.json`` (``Qwen2Tokenizer``, right padding).
+
+    Args:
+        out_dir: Directory to write (created if needed).
+        texts: Training sentences; ChatML-style prompts by default. ``<image>`` never becomes a token.
+        vocab_size: Target size including the 256 byte symbols and the special tokens.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    corpus = [text.replace(DEFAULT_IMAGE_TOKEN, " ") for text in (texts if texts is not None else QWEN_TEXTS)]
+    if not corpus:
+        raise ValueError("train_tiny_qwen_tokenizer needs at least one training text, got none")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    # Specials are added after training so that, as in Qwen2, they follow the regular vocabulary.
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(QWEN_SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer)
+    tokenizer.add_special_tokens(list(QWEN_SPECIAL_TOKENS))
+    path = _prepare_dir(out_dir)
+    tokenizer.save(str(path / "tokenizer.json"))
+    tokenizer.model.save(str(path))  # vocab.json + merges.txt, as released Qwen2 directories have
+    added = {
+        str(tokenizer.token_to_id(token)): {
+            "content": token, "special": True, "lstrip": False, "rstrip": False, "normalized": False, "single_word": False,
+        }
+        for token in QWEN_SPECIAL_TOKENS
+    }
+    config = {
+        "tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "unk_token": None, "add_prefix_space": False, "errors": "replace", "clean_up_tokenization_spaces": False,
+        "model_max_length": 2048, "padding_side": "right", "split_special_tokens": False, "added_tokens_decoder": added,
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     return path
 
 
@@ -263,10 +340,10 @@ def build_tiny_vision_tower(kind: str, out_dir: PathLike, **kwargs: Any) -> Path
     return TINY_TOWER_BUILDERS[kind](out_dir, **kwargs)
 
 
-def _vocab_size(tokenizer_dir: PathLike) -> int:
+def _load_tokenizer(tokenizer_dir: PathLike) -> Any:
     from transformers import AutoTokenizer
 
-    return len(AutoTokenizer.from_pretrained(os.fspath(tokenizer_dir)))
+    return AutoTokenizer.from_pretrained(os.fspath(tokenizer_dir))
 
 
 def _copy_tokenizer(tokenizer_dir: PathLike, out_dir: Path) -> None:
@@ -276,20 +353,73 @@ def _copy_tokenizer(tokenizer_dir: PathLike, out_dir: Path) -> None:
             shutil.copyfile(source, out_dir / name)
 
 
-def _llm_config_kwargs(
-    tokenizer_dir: PathLike, hidden: int, layers: int, heads: int, intermediate: int | None, max_position: int
-) -> dict[str, Any]:
+def _qwen_config_keys(tokenizer: Any, layers: int, heads: int) -> dict[str, Any]:
+    """Qwen2.5-3B-style settings: tied embeddings, GQA, rope θ 1e6 (tf5 ``rope_parameters``), ids by token."""
+    endoftext, im_end = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>"])
     return {
-        "vocab_size": _vocab_size(tokenizer_dir),
+        # Like Qwen's 151936 rows for 151665 tokens: spare rows, rounded up to a multiple of 64.
+        "vocab_size": -(-len(tokenizer) // 64) * 64 + 64,
+        "num_key_value_heads": max(1, heads // 2),
+        "tie_word_embeddings": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+        "rms_norm_eps": 1e-6,
+        "use_sliding_window": False,
+        "max_window_layers": layers,
+        "bos_token_id": endoftext,
+        "eos_token_id": im_end,
+        "pad_token_id": endoftext,
+    }
+
+
+def _mistral_config_keys(tokenizer: Any, layers: int, heads: int) -> dict[str, Any]:
+    """Mistral-7B-Instruct-v0.2-style settings: GQA, no sliding window, rope θ 1e6; LLaMA's token ids."""
+    return {
+        "vocab_size": len(tokenizer),
+        "num_key_value_heads": max(1, heads // 2),
+        "sliding_window": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0},
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def _llama_config_keys(tokenizer: Any, layers: int, heads: int) -> dict[str, Any]:
+    return {"vocab_size": len(tokenizer), "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+
+
+#: Tiny LLM families by plain ``model_type``: the config keys that make each look like its released model.
+TINY_LLM_CONFIG_KEYS: dict[str, Any] = {
+    "llama": _llama_config_keys,
+    "qwen2": _qwen_config_keys,
+    "mistral": _mistral_config_keys,
+}
+
+
+def _check_llm(llm: str) -> None:
+    if llm not in TINY_LLM_CONFIG_KEYS:
+        raise ValueError(f"unknown tiny llm {llm!r}; expected one of {', '.join(TINY_LLM_CONFIG_KEYS)}")
+
+
+def _llm_config_kwargs(
+    tokenizer_dir: PathLike,
+    hidden: int,
+    layers: int,
+    heads: int,
+    intermediate: int | None,
+    max_position: int,
+    llm: str = "llama",
+) -> dict[str, Any]:
+    _check_llm(llm)
+    keys = {
         "hidden_size": hidden,
         "intermediate_size": intermediate or 2 * hidden,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "max_position_embeddings": max_position,
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
     }
+    keys.update(TINY_LLM_CONFIG_KEYS[llm](_load_tokenizer(tokenizer_dir), layers, heads))
+    return keys
 
 
 def _multimodal_keys(tower_dir: PathLike, projector_type: str, extra_config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -318,6 +448,27 @@ def _multimodal_keys(tower_dir: PathLike, projector_type: str, extra_config: Map
     return keys
 
 
+def _next_keys(tower_dir: PathLike, max_position: int) -> dict[str, Any]:
+    """The keys LLaVA-NeXT's ``train()`` adds to a ``llava_qwen`` config.json (OneVision values, tiny sizes)."""
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(os.fspath(tower_dir))
+    size = processor.size
+    side = int(size.get("height") or size.get("shortest_edge"))
+    return {
+        "vision_tower_pretrained": None,
+        # LLaVA-1.6's five canvases, (width, height), in units of the tower's side.
+        "image_grid_pinpoints": [[side, 2 * side], [2 * side, side], [2 * side, 2 * side], [3 * side, side], [side, 3 * side]],
+        "mm_newline_position": "grid",
+        "mm_spatial_pool_mode": "bilinear",
+        "mm_spatial_pool_stride": 2,
+        "mm_tunable_parts": "mm_vision_tower,mm_mlp_adapter,mm_language_model",
+        "mm_vision_tower_lr": 2e-6,
+        "tokenizer_model_max_length": max_position,
+        "tokenizer_padding_side": "right",
+    }
+
+
 def build_tiny_llm(
     out_dir: PathLike,
     tokenizer_dir: PathLike,
@@ -327,21 +478,39 @@ def build_tiny_llm(
     intermediate: int | None = None,
     max_position: int = 1024,
     seed: int = 0,
+    llm: str = "llama",
 ) -> Path:
-    """Save a random plain ``LlamaForCausalLM`` (a stand-in for Vicuna) with the tokenizer files.
+    """Save a random plain causal LM of family ``llm`` with the tokenizer files: a base directory for
+    ``model_base`` and for ``--model_name_or_path`` in training.
+
+    Args:
+        llm: ``"llama"`` (a stand-in for Vicuna, tokenizer from :func:`train_tiny_tokenizer`), ``"qwen2"``
+            (Qwen2.5-3B-Instruct-style: tied embeddings, spare vocabulary rows, tokenizer from
+            :func:`train_tiny_qwen_tokenizer`) or ``"mistral"`` (Mistral-7B-Instruct-v0.2-style, LLaMA's
+            sentencepiece tokenizer); the ``model_type`` written is ``llm``.
 
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = LlamaConfig(**_llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position))
+    config = AutoConfig.for_model(llm, **_llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position, llm))
     path = _prepare_dir(out_dir)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        LlamaForCausalLM(config).save_pretrained(path)
+    _save_tiny_model(lambda: AutoModelForCausalLM.from_config(config), path, seed)
     _copy_tokenizer(tokenizer_dir, path)
     return path
+
+
+def _llava_entry(llm: str, model_type: str | None) -> Any:
+    """The registry entry for ``llm`` and the ``model_type`` to write (its own, or one of its aliases)."""
+    from .language_model.registry import resolve_language_model
+
+    _check_llm(llm)
+    entry = resolve_language_model(llm)
+    accepted = (entry.model_type, *entry.aliases)
+    if model_type is not None and model_type not in accepted:
+        raise ValueError(f"unknown model_type {model_type!r} for llm {llm!r}; expected one of {', '.join(map(repr, accepted))}")
+    return entry
 
 
 def build_tiny_llava_checkpoint(
@@ -349,7 +518,7 @@ def build_tiny_llava_checkpoint(
     tower_dir: PathLike,
     tokenizer_dir: PathLike,
     projector_type: str = "mlp2x_gelu",
-    model_type: str = "llava_llama",
+    model_type: str | None = None,
     extra_config: Mapping[str, Any] | None = None,
     seed: int = 0,
     hidden: int = 64,
@@ -357,43 +526,45 @@ def build_tiny_llava_checkpoint(
     heads: int = 4,
     intermediate: int | None = None,
     max_position: int = 1024,
+    llm: str = "llama",
 ) -> Path:
-    """Save a random full (stage-2 style) LLaVA checkpoint in upstream's format.
+    """Save a random full (stage-2 style) LLaVA checkpoint in the format released checkpoints of ``llm`` use.
 
-    ``config.json`` has ``architectures ["LlavaLlamaForCausalLM"]``, ``model_type`` (``llava_llama``, or
-    ``llava`` as in the released LLaVA-1.5 files), the LLaMA dims and upstream's ``mm_*`` keys naming
-    ``tower_dir`` as ``mm_vision_tower`` (plus whatever keys the projector records, e.g. a compressor plugin's settings);
-    ``model.safetensors`` holds ``model.embed_tokens``, ``model.layers.*``, ``model.norm``, ``lm_head`` and
-    ``model.mm_projector.*`` (no CLIP weights); the tokenizer files are copied from ``tokenizer_dir``.
+    ``config.json`` has the registered LLaVA ``architectures``/``model_type`` for ``llm`` (``llama`` →
+    ``LlavaLlamaForCausalLM``/``llava_llama``, or ``llava`` as in the released LLaVA-1.5 files; ``qwen2`` →
+    ``LlavaQwenForCausalLM``/``llava_qwen`` with LLaVA-NeXT's extra keys; ``mistral`` →
+    ``LlavaMistralForCausalLM``/``llava_mistral``), the LLM dims and upstream's ``mm_*`` keys naming
+    ``tower_dir`` as ``mm_vision_tower`` (plus whatever keys the projector records, e.g. a compressor plugin's
+    settings); ``model.safetensors`` holds ``model.embed_tokens``, ``model.layers.*``, ``model.norm``,
+    ``lm_head`` (not when tied, as Qwen2.5-3B) and ``model.mm_projector.*`` (no tower weights); the tokenizer
+    files are copied from ``tokenizer_dir``.
 
     Args:
         out_dir: Directory to write; name it ``llava-...`` so ``load_pretrained_model``'s name rules apply.
         tower_dir: From :func:`build_tiny_vision_tower` (any registered tower kind).
-        tokenizer_dir: From :func:`train_tiny_tokenizer`.
+        tokenizer_dir: From :func:`train_tiny_tokenizer` (llama, mistral) or :func:`train_tiny_qwen_tokenizer`.
         projector_type: Any registered ``mm_projector_type``.
-        model_type: ``"llava_llama"`` or ``"llava"``.
+        model_type: The LLaVA model_type or one of its aliases; ``None``: the registered one for ``llm``.
         extra_config: More config keys (e.g. a compressor plugin's settings); they override the defaults.
         seed: Seed for the random weights.
-        hidden, layers, heads, intermediate, max_position: LLaMA dims.
+        hidden, layers, heads, intermediate, max_position: LLM dims.
+        llm: ``"llama"`` (default), ``"qwen2"`` or ``"mistral"``.
 
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from .language_model.llava_llama import LlavaConfig, LlavaLlamaForCausalLM
-
-    if model_type not in ("llava_llama", "llava"):
-        raise ValueError(f"unknown model_type {model_type!r}; expected 'llava_llama' or 'llava'")
-    config = LlavaConfig(
-        **_llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position),
-        **_multimodal_keys(tower_dir, projector_type, extra_config),
-    )
-    config.architectures = ["LlavaLlamaForCausalLM"]
+    entry = _llava_entry(llm, model_type)
+    keys = _llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position, llm)
+    if llm == "qwen2":
+        keys.update(_next_keys(tower_dir, max_position))
+    config = entry.config_class(**keys, **_multimodal_keys(tower_dir, projector_type, extra_config))
+    config.architectures = [entry.causal_lm_class.__name__]
     path = _prepare_dir(out_dir)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlavaLlamaForCausalLM(config)
+        model = entry.causal_lm_class(config)
     model.save_pretrained(path)
-    if model_type != LlavaConfig.model_type:
+    if model_type is not None and model_type != entry.model_type:
         config_file = path / "config.json"
         saved = json.loads(config_file.read_text())
         saved["model_type"] = model_type
@@ -413,26 +584,26 @@ def build_tiny_projector_checkpoint(
 ) -> Path:
     """Save a stage-1 (projector-only) output: ``config.json`` + ``mm_projector.bin`` (or ``.safetensors``).
 
-    The config is the base LLM's (:func:`build_tiny_llm`) with ``model_type`` ``llava_llama``, upstream's
-    ``mm_*`` keys and ``tune_mm_mlp_adapter: true``; the weights file maps ``model.mm_projector.<i>.*`` to
-    tensors, as upstream's trainer writes it. Load it with ``load_pretrained_model(out_dir, base_dir, ...)``.
+    The config is the base LLM's (:func:`build_tiny_llm`, any family) with the LLaVA ``model_type`` registered
+    for it (``llava_llama``, ``llava_qwen``, ``llava_mistral``), upstream's ``mm_*`` keys and
+    ``tune_mm_mlp_adapter: true``; the weights file maps ``model.mm_projector.<i>.*`` to tensors, as upstream's
+    trainer writes it. Load it with ``load_pretrained_model(out_dir, base_dir, ...)``.
 
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from transformers import LlamaConfig
-
-    from .language_model.llava_llama import LlavaConfig
+    from .language_model.registry import language_model_for_checkpoint
     from .multimodal_projector.builder import build_vision_projector
 
     if file_format not in ("bin", "safetensors"):
         raise ValueError(f"unknown file_format {file_format!r}; expected 'bin' or 'safetensors'")
-    base = LlamaConfig.from_pretrained(os.fspath(base_dir)).to_dict()
+    entry = language_model_for_checkpoint(base_dir)
+    base = entry.config_class.from_pretrained(os.fspath(base_dir)).to_dict()
     for key in ("model_type", "architectures", "transformers_version"):
         base.pop(key, None)
     keys = {**_multimodal_keys(tower_dir, projector_type, extra_config), "tune_mm_mlp_adapter": True}
-    config = LlavaConfig(**{**base, **keys})
-    config.architectures = ["LlavaLlamaForCausalLM"]
+    config = entry.config_class(**{**base, **keys})
+    config.architectures = [entry.causal_lm_class.__name__]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         projector = build_vision_projector(config)
@@ -449,6 +620,8 @@ def build_tiny_projector_checkpoint(
 
 
 __all__ = [
+    "QWEN_SPECIAL_TOKENS",
+    "TINY_LLM_CONFIG_KEYS",
     "TINY_TOWER_BUILDERS",
     "build_tiny_clip_tower",
     "build_tiny_llava_checkpoint",
@@ -457,5 +630,6 @@ __all__ = [
     "build_tiny_siglip2_tower",
     "build_tiny_siglip_tower",
     "build_tiny_vision_tower",
+    "train_tiny_qwen_tokenizer",
     "train_tiny_tokenizer",
 ]

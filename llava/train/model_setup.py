@@ -15,7 +15,7 @@ import torch.nn as nn
 from transformers import AutoTokenizer
 
 from llava.mm_utils import is_anyres, parse_grid_pinpoints
-from llava.model.language_model.llava_llama import LlavaLlamaForCausalLM
+from llava.model.language_model.registry import language_model_for_checkpoint
 from llava.model.multimodal_projector.builder import build_vision_projector
 from llava.model.multimodal_projector.plugins import owner_of
 
@@ -56,7 +56,9 @@ def _quantization_kwargs(training_args: TrainingArguments) -> dict[str, Any]:
 
 
 def load_language_model(model_args: ModelArguments, training_args: TrainingArguments, attn_implementation: str | None) -> nn.Module:
-    """The LLM as a ``LlavaLlamaForCausalLM`` (a plain LLaMA/Vicuna checkpoint or a LLaVA checkpoint).
+    """The LLM as its LLaVA class: a plain LLM (``llama`` → ``LlavaLlamaForCausalLM``, ``qwen2`` →
+    ``LlavaQwenForCausalLM``, ``mistral`` → ``LlavaMistralForCausalLM``) or a LLaVA checkpoint, chosen by the
+    ``model_type`` in ``--model_name_or_path``'s config through the language-model registry.
 
     Weights load in float32 (as upstream under transformers 4.x), or quantized with ``--bits 4/8``; mixed
     precision (``--bf16``/``--fp16``) is then the Trainer's or DeepSpeed's job.
@@ -65,9 +67,10 @@ def load_language_model(model_args: ModelArguments, training_args: TrainingArgum
     kwargs.update(_quantization_kwargs(training_args))
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    model = LlavaLlamaForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+    entry = language_model_for_checkpoint(model_args.model_name_or_path, cache_dir=training_args.cache_dir)
+    model = entry.causal_lm_class.from_pretrained(model_args.model_name_or_path, **kwargs)
     model.config.use_cache = False
-    model.config.architectures = ["LlavaLlamaForCausalLM"]
+    model.config.architectures = [entry.causal_lm_class.__name__]
     if model_args.freeze_backbone:
         model.model.requires_grad_(False)
     if training_args.bits in (4, 8):

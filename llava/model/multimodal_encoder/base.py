@@ -108,7 +108,10 @@ class BaseVisionTower(nn.Module):
             )
         self.image_processor: Any = None
         tunable = "mm_vision_tower" in str(getattr(args, "mm_tunable_parts", None) or "")
-        if not delay_load or getattr(args, "unfreeze_mm_vision_tower", False) or tunable:
+        # Under transformers 5's from_pretrained the model is built on the meta device, where no weights can
+        # load; the loader calls load_model() afterwards (LLaVA-NeXT configs name the tower in mm_tunable_parts).
+        building_on_meta = torch.get_default_device().type == "meta"
+        if not delay_load or ((getattr(args, "unfreeze_mm_vision_tower", False) or tunable) and not building_on_meta):
             self.load_model()
         else:
             self.cfg_only = self._from_name(self.config_class.from_pretrained)
