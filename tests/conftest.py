@@ -13,11 +13,6 @@ from typing import Any
 
 import pytest
 
-# The baselines register through setup.py's llava.projectors entry point; importing the seam here makes them
-# available to the tests in an environment installed before that entry point existed (importing it twice is a
-# no-op: the module is cached, and registering a plugin again replaces it).
-import braco_patch.baselines.llava_plugin  # noqa: F401
-
 #: The tiny tower's input side and patch size: a 6x6 grid, so mlp2x_gelu gives K = 36 visual tokens.
 TOWER_IMAGE_SIZE = 48
 TOWER_PATCH_SIZE = 8

@@ -142,3 +142,16 @@ def test_string_booleans_in_braco_keys(word, embedding):
 def test_braco_keys_are_range_checked():
     with pytest.raises(ValueError, match="mm_fourier_spatial_prior must be one of"):
         build_vision_projector(_config("braco_c2s3", mm_fourier_spatial_prior="edges"))
+
+
+def test_installed_plugins_register_through_their_entry_points():
+    """Braco and the six baselines arrive through setup.py's ``llava.projectors`` entry points alone."""
+    from importlib.metadata import entry_points
+
+    from llava.model.multimodal_projector.plugins import list_plugins
+
+    assert {ep.value for ep in entry_points(group="llava.projectors")} >= {
+        "braco_patch.llava_plugin", "braco_patch.baselines.llava_plugin"}
+    list_projectors()
+    names = {plugin.name for plugin in list_plugins()}
+    assert names >= {"braco", "prumerge", "divprune", "mqt", "quecc", "tokenpacker", "fouriervlm"}
