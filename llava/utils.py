@@ -175,8 +175,31 @@ class UserError(ValueError):
 #: Set to 1 to see the full traceback of an expected user error too.
 TRACEBACK_ENV = "LLAVA_TRACEBACK"
 
-#: Entry-point groups through which plugins (compressors, towers) register into llava.
-PLUGIN_ENTRY_POINT_GROUPS = ("llava.projectors", "llava.vision_towers")
+#: Entry-point groups through which plugins (compressors, towers, language models) register into llava.
+PLUGIN_ENTRY_POINT_GROUPS = ("llava.projectors", "llava.vision_towers", "llava.language_models")
+
+_LOADED_GROUPS: set[str] = set()
+
+
+def load_entry_points(group: str, what: str) -> None:
+    """Import the module of every entry point in ``group`` once per process (the import registers the plugin).
+
+    A plugin that fails to import is logged and skipped: a broken plugin must not hide the built-ins.
+
+    Args:
+        group: An entry-point group, e.g. ``"llava.projectors"``.
+        what: What the group's plugins provide, for the warning (e.g. ``"projector"``).
+    """
+    from importlib.metadata import entry_points
+
+    if group in _LOADED_GROUPS:
+        return
+    _LOADED_GROUPS.add(group)
+    for entry in entry_points(group=group):
+        try:
+            entry.load()
+        except Exception as exc:
+            logging.getLogger(__name__).warning("could not load %s plugin %r (%s): %s", what, entry.name, entry.value, exc)
 
 
 @functools.lru_cache(maxsize=1)

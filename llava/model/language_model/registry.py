@@ -21,8 +21,9 @@ import importlib
 import logging
 import os
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
+
+from llava.utils import load_entry_points
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +100,7 @@ def _load_builtins_and_plugins() -> None:
     _LOADED = True
     for module in BUILTIN_MODULES:
         importlib.import_module(module)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as exc:  # a broken plugin must not hide the built-in LLMs
-            logger.warning("could not load language-model plugin %r (%s): %s", ep.name, ep.value, exc)
+    load_entry_points(ENTRY_POINT_GROUP, "language-model")
 
 
 def list_language_models() -> list[str]:

@@ -9,8 +9,9 @@ one decorated class.
 from __future__ import annotations
 
 import logging
-from importlib.metadata import entry_points
 from typing import Any, Callable
+
+from llava.utils import load_entry_points
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +21,6 @@ ENTRY_POINT_GROUP = "llava.vision_towers"
 TowerFactory = Callable[..., Any]
 
 _REGISTRY: dict[str, TowerFactory] = {}
-_PLUGINS_LOADED = False
 
 #: model_types that are known but deliberately not towers here, with the reason (shown instead of the list).
 _NOT_SUPPORTED = {
@@ -48,15 +48,7 @@ def register_vision_tower(*model_types: str) -> Callable[[TowerFactory], TowerFa
 
 
 def _load_plugins() -> None:
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as exc:  # a broken plugin must not hide the built-in towers
-            logger.warning("could not load vision-tower plugin %r (%s): %s", ep.name, ep.value, exc)
+    load_entry_points(ENTRY_POINT_GROUP, "vision-tower")
 
 
 def list_vision_towers() -> list[str]:

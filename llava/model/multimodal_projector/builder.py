@@ -17,10 +17,11 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Callable
 
 import torch.nn as nn
+
+from llava.utils import load_entry_points
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ class _Registration:
 
 
 _REGISTRY: dict[str, _Registration] = {}
-_PLUGINS_LOADED = False
 
 
 def register_projector(pattern: str, description: str = "") -> Callable[[ProjectorFactory], ProjectorFactory]:
@@ -63,15 +63,7 @@ def unregister_projector(pattern: str) -> None:
 
 def load_plugins() -> None:
     """Import every ``llava.projectors`` entry point once."""
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as exc:  # a broken plugin must not hide the built-in projectors
-            logger.warning("could not load projector plugin %r (%s): %s", ep.name, ep.value, exc)
+    load_entry_points(ENTRY_POINT_GROUP, "projector")
 
 
 def list_projectors() -> list[str]:
