@@ -15,6 +15,7 @@ what was allocated before the call, under ``torch.no_grad()``.
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any, Sequence
 
@@ -24,6 +25,8 @@ from .flops import elementwise
 from .measure import MeasureOptions, _measure
 from .presets import PipelineSpec
 from .projectors import CostSetting, module_cost
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["build_projector", "compressor_inputs", "measure_types", "measure_pipeline_types"]
 
@@ -38,6 +41,16 @@ def build_projector(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.M
         num_hidden_layers=spec.lm_dims.layers, vocab_size=spec.lm_dims.vocab,
     )
     return build_vision_projector(config), config
+
+
+def _build_or_skip(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.Module, Any] | None:
+    """:func:`build_projector`, or ``None`` (logged with the factory's sentence) when the type cannot be built from
+    what the spec knows, e.g. a method that reads the tower's depth from a config naming no ``mm_vision_tower``."""
+    try:
+        return build_projector(spec, projector_type)
+    except ValueError as exc:
+        logger.warning("not measured: %s: %s", projector_type, exc)
+        return None
 
 
 def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_tokens: int, device, dtype) -> tuple[torch.Tensor, Any]:
@@ -70,7 +83,10 @@ def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting
     for batch in opts.batch_sizes:
         for name in types:
             torch.manual_seed(0)
-            projector, config = build_projector(spec, name)
+            built = _build_or_skip(spec, name)
+            if built is None:
+                continue
+            projector, config = built
             projector = projector.to(opts.device, opts.dtype).eval()
             features, inputs = compressor_inputs(spec, config, batch, setting.prompt_tokens, opts.device, opts.dtype)
             cost = module_cost(name, setting, config)
@@ -118,7 +134,10 @@ def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, s
     for batch in opts.batch_sizes:
         for name in types:
             torch.manual_seed(0)
-            projector, config = build_projector(spec, name)
+            built = _build_or_skip(spec, name)
+            if built is None:
+                continue
+            projector, config = built
             projector = projector.to(opts.device, opts.dtype).eval()
             _, probe = compressor_inputs(spec, config, 1, setting.prompt_tokens, opts.device, opts.dtype)
             if probe is not None:

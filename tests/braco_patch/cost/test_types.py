@@ -68,7 +68,8 @@ def test_all_expands_from_the_registry_and_is_measured(toy_plugin, tiny_llava, t
     assert "(g) projector types" in text and "(h) projector types as built" in text
     saved = json.loads(out.read_text())
     types = {r["type"]: r for r in saved["types"]}
-    assert list(types)[0] == "mlp2x_gelu" and set(types) == {"mlp2x_gelu", "braco_k4", "toykeep_k4"}  # plugins in registry order
+    # every installed plugin's type at the budget (the baselines too), the reference first
+    assert list(types)[0] == "mlp2x_gelu" and {"braco_k4", "toykeep_k4", "divprune_k4", "fouriervlm_k4", "quecc_k4"} <= set(types)
     n, d, h = 16, TINY_TOWER["hidden_size"], TINY_LLM["hidden_size"]
     assert types["toykeep_k4"]["tokens"] == 4 and types["toykeep_k4"]["post"] == 2 * n * d * h + 2 * n * h * h
     assert types["mlp2x_gelu"]["post"] == types["toykeep_k4"]["post"]  # the same MLP on the same N tokens
@@ -87,9 +88,14 @@ def test_full_prefill_of_every_type_is_measured(toy_plugin, tiny_llava, tmp_path
           "--iters", "1", "--parts", "pipeline", "--layers", "1", "--prompt-tokens", "5", "--json", str(out)])
     assert "(i) full-pipeline prefill per projector type" in capsys.readouterr().out
     rows = {r["variant"]: r for r in json.loads(out.read_text())["measure"]["types"]["pipeline"]}
-    assert set(rows) == {"mlp2x_gelu", "braco_k4", "toykeep_k4"}
-    for name, row in rows.items():  # tower + projector + one LLM layer: the profiler counts what we count
-        assert row["status"] == "ok" and row["profiler_matmul"] == row["analytic_matmul"], name
+    # quecc_k4 reads the tower's depth from mm_vision_tower, which this config does not name: left out, logged
+    assert {"mlp2x_gelu", "braco_k4", "toykeep_k4", "divprune_k4", "fouriervlm_k4"} <= set(rows) and "quecc_k4" not in rows
+    for name, row in rows.items():  # tower + projector + one LLM layer: the profiler counts what we count ...
+        assert row["status"] == "ok" and row["profiler_matmul"] >= row["analytic_matmul"], name
+        if name in ("mlp2x_gelu", "braco_k4", "toykeep_k4", "divprune_k4", "fouriervlm_k4", "prumerge_k4"):
+            assert row["profiler_matmul"] == row["analytic_matmul"], name
+    # ... except the attention scores of modules that compute attention with explicit matmuls (MQT, TokenPacker),
+    # which the profiler sees and the analytic count leaves out (the paper's convention, as for the LLM's SDPA)
     assert rows["toykeep_k4"]["llm_tokens"] == 4 + 5 and rows["mlp2x_gelu"]["llm_tokens"] == 16 + 5
 
 
