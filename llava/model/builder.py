@@ -26,6 +26,7 @@ from transformers.utils import cached_file
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
 
 from .language_model.llava_llama import LlavaConfig, LlavaLlamaForCausalLM
+from .checks import check_llava_config, check_loaded_weights, check_model_path, check_tokenizer_files, check_weight_files
 from .llava_arch import load_projector_weights, load_weights_file, projector_state_dict
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ def load_pretrained_model(
         device_map: Used when ``device == "cuda"``; any other device maps the whole model to it.
         device: ``"cuda"`` (default), ``"cpu"``, ``"cuda:1"``, ...
         use_flash_attn: Use ``flash_attention_2`` (flash-attn must be installed).
-        **kwargs: Passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
+        **kwargs: ``allow_missing_weights=True`` loads a full checkpoint that lacks some weights (they stay
+            randomly initialised; by default that is an error naming them). The rest is passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
             is float32 on CPU and float16 elsewhere.
 
     Returns:
@@ -87,7 +89,9 @@ def load_pretrained_model(
             match the configured projector (the message names the keys).
         ImportError: If quantisation needs bitsandbytes, or LoRA needs peft, and it is not installed.
     """
+    check_model_path(model_path)
     load_kwargs = dict(kwargs)
+    allow_missing_weights = bool(load_kwargs.pop("allow_missing_weights", False))
     load_kwargs["device_map"] = device_map if device == "cuda" else {"": device}
     load_kwargs.update(_precision_kwargs(load_8bit, load_4bit, device, load_kwargs))
     if use_flash_attn:
@@ -103,7 +107,7 @@ def load_pretrained_model(
     elif kind == "llava_projector":
         tokenizer, model = _load_llava_projector(model_path, model_base, load_kwargs)
     else:
-        tokenizer, model = _load_llava_full(model_path, load_kwargs)
+        tokenizer, model = _load_llava_full(model_path, load_kwargs, allow_missing_weights)
 
     image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device)
     return tokenizer, model, image_processor, _context_length(model)
@@ -144,11 +148,13 @@ def _context_length(model: PreTrainedModel) -> int:
 def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     # Upstream asks for the slow (sentencepiece) tokenizer; transformers 5 converts tokenizer.model into an
     # equivalent tokenizers-backed LlamaTokenizer (needs sentencepiece and protobuf).
+    check_tokenizer_files(path)
     return AutoTokenizer.from_pretrained(path, use_fast=False)
 
 
 def _llava_config(model_path: str) -> LlavaConfig:
     config = LlavaConfig.from_pretrained(model_path)
+    check_llava_config(model_path, config)
     if config.model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"{model_path!r} has model_type {config.model_type!r}; this build loads LLaVA checkpoints of type "
@@ -179,13 +185,17 @@ def _require(package: str, purpose: str) -> None:
 # ---------------------------------------------------------------------------------------------- loaders
 
 
-def _load_llava_full(model_path: str, load_kwargs: dict[str, Any]) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+def _load_llava_full(
+    model_path: str, load_kwargs: dict[str, Any], allow_missing_weights: bool = False
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     config = _llava_config(model_path)
+    check_weight_files(model_path)
     tokenizer = _load_tokenizer(model_path)
     model, info = LlavaLlamaForCausalLM.from_pretrained(
         model_path, config=config, output_loading_info=True, **load_kwargs
     )
     _check_projector_keys(info, model_path)
+    check_loaded_weights(_loading_field(info, "missing_keys"), model_path, allow_missing=allow_missing_weights)
     return tokenizer, model
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
+from llava.model.checks import check_model_path
 from llava.utils import cli_main, setup_logging
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
@@ -93,6 +94,9 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     total_steps = planned_optimizer_steps(len(records), training_args)
     model_args, defaulted = resolve_run_defaults(model_args, total_steps)
 
+    check_model_path(model_args.model_name_or_path, "--model_name_or_path")
+    if model_args.vision_tower:
+        check_model_path(model_args.vision_tower, "--vision_tower")
     settings = run_settings(model_args, data_args, training_args)
     resume_from = resume_point(
         training_args.output_dir, training_args.resume_from_checkpoint, settings,

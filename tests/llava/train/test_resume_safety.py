@@ -159,3 +159,12 @@ def test_no_checkpoint_is_a_fresh_start(tmp_path: Path):
     assert resume_point(str(tmp_path / "absent"), None, SETTINGS) is None
     (tmp_path / "checkpoint-x").mkdir()
     assert resume_point(str(tmp_path), None, SETTINGS) is None
+
+
+@pytest.mark.parametrize("flag", ["--model_name_or_path", "--vision_tower"])
+def test_a_missing_model_folder_is_named_before_anything_loads(tmp_path, tiny_base_llm, tiny_tower_dir, train_data, flag):
+    argv = stage1_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", tmp_path / "out")
+    missing = str(tmp_path / "models" / "nowhere")
+    argv[argv.index(flag) + 1] = missing
+    with pytest.raises(UserError, match=rf"{flag} '{missing}' does not exist"):
+        train(argv=argv)
