@@ -20,13 +20,14 @@ import os
 from typing import Any, Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import cached_file
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
 
 from .language_model.llava_llama import LlavaConfig, LlavaLlamaForCausalLM
 from .checks import check_llava_config, check_loaded_weights, check_model_path, check_tokenizer_files, check_weight_files
+from .tokenizer_loading import load_tokenizer
 from .llava_arch import load_projector_weights, load_weights_file, projector_state_dict
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     # Upstream asks for the slow (sentencepiece) tokenizer; transformers 5 converts tokenizer.model into an
     # equivalent tokenizers-backed LlamaTokenizer (needs sentencepiece and protobuf).
     check_tokenizer_files(path)
-    return AutoTokenizer.from_pretrained(path, use_fast=False)
+    return load_tokenizer(path, use_fast=False)
 
 
 def _llava_config(model_path: str) -> LlavaConfig:
