@@ -70,8 +70,8 @@ def sentencepiece_schema(schema: ModuleType) -> Iterator[None]:
     transformers looks the schema up through ``convert_slow_tokenizer.import_protobuf`` at every conversion,
     so replacing that function for the duration of one load is enough (restored afterwards).
     """
-    from transformers import convert_slow_tokenizer
-
+    # By module path: ``transformers.convert_slow_tokenizer`` may also name a function of that package.
+    convert_slow_tokenizer = importlib.import_module("transformers.convert_slow_tokenizer")
     original = convert_slow_tokenizer.import_protobuf
     convert_slow_tokenizer.import_protobuf = lambda error_message="": schema
     try:

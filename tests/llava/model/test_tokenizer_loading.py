@@ -8,6 +8,7 @@ protobuf-6 environment.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -63,8 +64,7 @@ def test_fallback_schema_gives_the_same_tokenizer(spm_folder: Path):
 
 
 def test_the_library_function_is_restored_after_a_fallback_load(spm_folder: Path):
-    from transformers import convert_slow_tokenizer
-
+    convert_slow_tokenizer = importlib.import_module("transformers.convert_slow_tokenizer")
     before = convert_slow_tokenizer.import_protobuf
     load_tokenizer(str(spm_folder), use_fast=False, schema_candidates=FORCED_FALLBACK)
     assert convert_slow_tokenizer.import_protobuf is before
