@@ -196,7 +196,10 @@ def _load_llava_full(
         model_path, config=config, output_loading_info=True, **load_kwargs
     )
     _check_projector_keys(info, model_path)
-    check_loaded_weights(_loading_field(info, "missing_keys"), model_path, allow_missing=allow_missing_weights)
+    check_loaded_weights(
+        _loading_field(info, "missing_keys"), model_path, unexpected_keys=_loading_field(info, "unexpected_keys"),
+        allow_missing=allow_missing_weights,
+    )
     return tokenizer, model
 
 

@@ -112,15 +112,27 @@ def check_weight_files(model_path: str) -> None:
                 raise weights_file_error(path, error) from None
 
 
-def check_loaded_weights(missing_keys: Iterable[str], source: str, *, allow_missing: bool = False) -> None:
-    """Raise naming the weights ``source`` lacks (they would stay randomly initialised), unless ``allow_missing``."""
+def check_loaded_weights(
+    missing_keys: Iterable[str], source: str, *, unexpected_keys: Iterable[str] = (), allow_missing: bool = False
+) -> None:
+    """Raise naming the weights ``source`` lacks (they would stay random) unless ``allow_missing``, and the
+    weights it holds that the model has no place for (a renamed or foreign layer would be dropped silently)."""
     missing = sorted(key for key in missing_keys if not key.startswith(_OPTIONAL_PREFIXES))
     if missing and not allow_missing:
-        shown = ", ".join(missing[:_SHOWN]) + (f", ... ({len(missing) - _SHOWN} more)" if len(missing) > _SHOWN else "")
         raise UserError(
-            f"{source!r} is missing {len(missing)} weights ({shown}), which would stay random; use a complete "
+            f"{source!r} is missing {len(missing)} weights ({_some(missing)}), which would stay random; use a complete "
             "checkpoint, or pass allow_missing_weights=True to load_pretrained_model for a deliberate partial load"
         )
+    unexpected = sorted(key for key in unexpected_keys if not key.startswith(_OPTIONAL_PREFIXES))
+    if unexpected:
+        raise UserError(
+            f"{source!r} holds {len(unexpected)} weights this model has no place for ({_some(unexpected)}); it was "
+            "saved from another architecture or its config.json does not match it"
+        )
+
+
+def _some(keys: list[str]) -> str:
+    return ", ".join(keys[:_SHOWN]) + (f", ... ({len(keys) - _SHOWN} more)" if len(keys) > _SHOWN else "")
 
 
 __all__ = [

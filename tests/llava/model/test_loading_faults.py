@@ -91,6 +91,17 @@ def test_missing_language_model_weights_are_named(tiny_llava_checkpoint, tmp_pat
     assert model is not None
 
 
+def test_unexpected_language_model_weights_are_named(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-renamed-layer")
+    weights = load_file(path / "model.safetensors")
+    renamed = {k.replace("model.layers.1.", "model.layerz.1.") if k.startswith("model.layers.1.") else k: v for k, v in weights.items()}
+    save_file(renamed, str(path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"is missing"):
+        load(path)
+    with pytest.raises(UserError, match=r"holds \d+ weights this model has no place for \(model\.layerz\.1\."):
+        load(path, allow_missing_weights=True)
+
+
 def test_a_complete_checkpoint_still_loads_and_answers(tiny_llava_checkpoint):
     tokenizer, model, processor, _ = load(tiny_llava_checkpoint("mlp2x_gelu"))
     images = pixels(make_images(1), processor, model)
