@@ -91,6 +91,8 @@ def load_pretrained_model(
         ImportError: If quantisation needs bitsandbytes, or LoRA needs peft, and it is not installed.
     """
     check_model_path(model_path)
+    if model_base:
+        check_model_path(model_base, "--model-base")
     load_kwargs = dict(kwargs)
     allow_missing_weights = bool(load_kwargs.pop("allow_missing_weights", False))
     load_kwargs["device_map"] = device_map if device == "cuda" else {"": device}

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 
 from llava.utils import UserError
@@ -34,6 +33,12 @@ def test_missing_model_path_names_the_path(tmp_path, spelling: str):
     with pytest.raises(UserError, match=r"--model-path .* does not exist") as error:
         load(Path(path))
     assert path in str(error.value) and "Repo id" not in str(error.value)
+
+
+def test_missing_model_base_names_the_path(tiny_projector_checkpoint, tmp_path):
+    base = tmp_path / "models" / "vicuna-7b"
+    with pytest.raises(UserError, match=rf"--model-base '{base}' does not exist"):
+        load(tiny_projector_checkpoint("mlp2x_gelu", "bin"), model_base=base)
 
 
 def test_relative_path_under_an_existing_folder_is_a_path(tmp_path, monkeypatch):
