@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo quickstart test bench clean
+.PHONY: install demo quickstart test bench lmms-eval-check clean
 
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -31,5 +31,17 @@ test: install
 bench: install
 	$(BIN)/braco cost --measure --device cpu --parts boundary --json outputs/bench_boundary.json
 
+# lmms-eval 0.7.3 end to end on a tiny Braco checkpoint, in its own virtualenv (lmms-eval pins wandb, hence
+# protobuf < 7, which must not leak into the main one). See README, "lmms-eval".
+LMMS_VENV ?= .venv-lmms-eval
+$(LMMS_VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(LMMS_VENV)
+	$(LMMS_VENV)/bin/python -m pip install --quiet "$(TORCH)"
+	$(LMMS_VENV)/bin/python -m pip install --quiet -e ".[dev]" "lmms-eval==0.7.3"
+	touch $@
+
+lmms-eval-check: $(LMMS_VENV)/.installed
+	$(LMMS_VENV)/bin/python -m pytest -q -m slow tests/lmms_eval
+
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) $(LMMS_VENV) outputs .pytest_cache

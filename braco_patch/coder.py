@@ -82,6 +82,7 @@ class BracoCoder(nn.Module):
             grid = _check_grid(grid)
             if config.cutoff > min(grid):
                 raise ValueError(f"cutoff C={config.cutoff} exceeds the token grid {grid[0]}x{grid[1]}")
+            _check_budget(config, grid)
         self.config = config
         self.dim = dim
         self.grid = grid
@@ -176,6 +177,7 @@ class BracoCoder(nn.Module):
             if n > 0 and n * n == num_tokens - offset:
                 if self.cutoff > n:
                     raise ValueError(f"cutoff C={self.cutoff} exceeds the {n}x{n} token grid; C must be at most {n}")
+                _check_budget(self.config, (n, n))
                 return (n, n), offset
         raise ValueError(
             f"expected N² or 1+N² tokens (an N×N grid, optionally with a CLS token), got {num_tokens}; "
@@ -265,17 +267,28 @@ class BracoCoder(nn.Module):
 
     # -- forward -------------------------------------------------------------------------------------
     def split_tokens(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Validate ``x [B, L, d]`` and return its grid tokens ``[B, H·W, d]`` and ``(H, W)``."""
+        """Validate ``x [B, L, d]`` and return its grid tokens ``[B, H·W, d]`` and ``(H, W)``.
+
+        A floating-point input of another dtype than the coder's parameters is cast to theirs once, here
+        (outside autocast, which handles mixed dtypes itself); integer or boolean tokens are an error.
+        """
+        if not (x.is_floating_point()):
+            raise ValueError(f"expected floating-point tokens, got dtype {x.dtype}")
         if x.dim() != 3:
             raise ValueError(f"expected tokens of shape [batch, tokens, {self.dim}], got shape {tuple(x.shape)}")
         if x.shape[-1] != self.dim:
             raise ValueError(f"expected token width {self.dim}, got {x.shape[-1]} (shape {tuple(x.shape)})")
         grid, offset = self.resolve_grid(x.shape[1])
+        dtype = self.spatial_scale.dtype
+        if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):
+            x = x.to(dtype)
         return (x[:, offset:] if offset else x), grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, L, d]`` with ``L = H·W`` or ``1 + H·W`` → ``[B, C² + S, d]`` (backbone first, then residual)."""
         tokens, grid = self.split_tokens(x)
+        if tokens.shape[0] == 0:  # an empty batch (a static shape: no host sync)
+            return tokens.new_zeros((0, self.output_tokens, self.dim))
         parts = []
         if self.config.cutoff > 0:
             parts.append(self.backbone(tokens, grid))
@@ -294,6 +307,16 @@ class BracoCoder(nn.Module):
                     state_dict[prefix + new + rest[len(old):]] = state_dict.pop(key)
                     break
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
+
+def _check_budget(config: BracoConfig, grid: tuple[int, int]) -> None:
+    """Refuse a budget ``C² + S`` larger than the ``H·W`` tokens it compresses (a compressor must not expand)."""
+    tokens = grid[0] * grid[1]
+    if config.output_tokens > tokens:
+        raise ValueError(
+            f"{config.name} outputs C²+S = {config.output_tokens} tokens but the {grid[0]}x{grid[1]} grid has only "
+            f"{tokens}; with C={config.cutoff}, S must be at most {tokens - config.backbone_tokens}"
+        )
 
 
 def _check_grid(grid) -> tuple[int, int]:

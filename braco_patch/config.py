@@ -136,9 +136,14 @@ class BracoConfig:
         for name in ("temp_start", "temp_end"):
             if getattr(self, name) is not None:
                 _check_positive_finite(name, getattr(self, name))
-        for name in ("pe_scale_init", "prior_weight_init", "residual_scale_init", "post_concat_norm_eps"):
-            if not math.isfinite(float(getattr(self, name))):
-                raise ValueError(f"{name} must be finite, got {getattr(self, name)!r}")
+        for name in _BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a boolean (True or False), got {getattr(self, name)!r}")
+        for name in ("pe_scale_init", "prior_weight_init", "residual_scale_init", "scorer_hidden_mult"):
+            _check_number(name, getattr(self, name))
+        _check_positive_finite("post_concat_norm_eps", self.post_concat_norm_eps)
+        if self.rotation_seed < 0:
+            raise ValueError(f"rotation_seed must be >= 0, got {self.rotation_seed}")
 
     # -- derived -------------------------------------------------------------------------------------
     @property
@@ -272,15 +277,15 @@ def fields_from_mm_keys(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, field in MM_KEYS.items():
         if values.get(key) is not None:
-            out[field] = values[key]
+            out[field] = read_bool(key, values[key]) if field in _BOOL_FIELDS else values[key]
     if values.get("mm_fourier_K_high") not in (None, 0):
         raise ValueError(f"mm_fourier_K_high must be 0 (high-frequency tokens are not part of Braco), got {values['mm_fourier_K_high']!r}")
     if values.get("mm_fourier_spatial_method") not in (None, "learned"):
         raise ValueError(f"mm_fourier_spatial_method must be 'learned', got {values['mm_fourier_spatial_method']!r}")
     if values.get("mm_fourier_use_polar_pe") is not None and "embedding" not in out:
-        out["embedding"] = "polar" if values["mm_fourier_use_polar_pe"] else "none"
+        out["embedding"] = "polar" if read_bool("mm_fourier_use_polar_pe", values["mm_fourier_use_polar_pe"]) else "none"
     if values.get("mm_fourier_low_idct") is not None and "coordinates" not in out:
-        out["coordinates"] = "idct" if values["mm_fourier_low_idct"] else "coef"
+        out["coordinates"] = "idct" if read_bool("mm_fourier_low_idct", values["mm_fourier_low_idct"]) else "coef"
     return out
 
 
@@ -295,13 +300,39 @@ def to_mm_keys(cfg: BracoConfig) -> dict[str, Any]:
     return out
 
 
+_BOOL_FIELDS = ("include_raw", "residual_norm", "detach_dct", "post_concat_norm")
+_TRUE_WORDS = ("true", "yes", "1", "on")
+_FALSE_WORDS = ("false", "no", "0", "off")
+
+
+def _is_number(value: Any) -> bool:
+    """A real int or float (a bool or a numeric string is not: config values keep their JSON type)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_number(name: str, value: Any) -> None:
+    if not _is_number(value) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
 def _check_positive_finite(name: str, value: Any) -> None:
-    try:
-        ok = math.isfinite(float(value)) and float(value) > 0
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def read_bool(key: str, value: Any) -> bool:
+    """A boolean config value: ``True``/``False``, or the words true/false, yes/no, 1/0, on/off (any case).
+
+    Raises:
+        ValueError: Naming ``key`` for anything else (``"false"`` must never read as true).
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    if _is_number(value) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{key} must be a boolean (true/false, yes/no, 1/0), got {value!r}")
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(BracoConfig))

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .argtypes import positive_int
 from .basis import dct_matrix, lattice_inverse, lattice_transform
 from .coder import BracoCoder
 from .config import BracoConfig
@@ -129,8 +130,11 @@ def run(args: argparse.Namespace) -> dict:
     rows, panels = [], []
     for budget in args.budgets:
         cfg = BracoConfig.from_budget(budget, prior_weight_init=1.0)
-        if cfg.cutoff > n:
-            raise SystemExit(f"braco demo: budget {budget} needs C={cfg.cutoff} but the grid is only {n}x{n}")
+        if cfg.cutoff > n or cfg.output_tokens > n * n:
+            raise SystemExit(
+                f"braco demo: budget {budget} ({cfg.name}) does not fit the {n}x{n} grid of {n * n} tokens; "
+                f"accepted budgets: 1 to {n * n}"
+            )
         coder = BracoCoder.from_config(tokens.shape[-1], cfg).eval()
         with torch.inference_mode():
             z = coder(tokens)
@@ -169,9 +173,9 @@ def run(args: argparse.Namespace) -> dict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", default=None, help="image file (default: scikit-image's astronaut photograph)")
     parser.add_argument("--out", default="outputs/demo", help="output folder for demo.png and demo.json")
-    parser.add_argument("--budgets", type=int, nargs="+", default=[4, 9, 16, 25])
-    parser.add_argument("--image-size", "--image_size", type=int, default=336)
-    parser.add_argument("--patch", type=int, default=14)
+    parser.add_argument("--budgets", type=positive_int, nargs="+", default=[4, 9, 16, 25])
+    parser.add_argument("--image-size", "--image_size", type=positive_int, default=336)
+    parser.add_argument("--patch", type=positive_int, default=14, help="patch size in pixels (at most --image-size)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -179,6 +183,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="braco demo", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.patch > args.image_size:
+        parser.error(f"--patch {args.patch} is larger than --image-size {args.image_size}; accepted: 1 to {args.image_size}")
     summary = run(args)
     n = summary["grid"][0]
     print(f"{'K':>4} {'alloc':<10} {'coords':<7} {'tokens':>13} {'DCT energy':>11} {'spatial energy':>15}  residual support")

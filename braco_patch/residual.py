@@ -90,19 +90,28 @@ def select(logits: torch.Tensor, temperature: torch.Tensor, name: str = "sparsem
         logits: ``[B, S, L]``.
         temperature: 0-dim tensor (kept on device: no host sync).
     Returns:
-        ``[B, S, L]``; every row sums to 1.
+        ``[B, S, L]``; every row sums to 1, except rows whose logits hold a NaN or an infinity, which are NaN.
     """
     z = (logits / temperature.to(logits.dtype)).float()
+    # A row with a NaN or an infinity has no support: sort-based selections would index position -1 and
+    # crash. Such rows are computed on zeros and then set to NaN, so a bad input propagates as NaN (as
+    # softmax does) instead of failing. Done with masks on the device: forward must not sync with the host.
+    bad = ~torch.isfinite(z).all(dim=-1, keepdim=True)
+    z = torch.where(bad, torch.zeros_like(z), z)
+    w = _select(z, name)
+    return torch.where(bad, torch.full_like(w, float("nan")), w).to(logits.dtype)
+
+
+def _select(z: torch.Tensor, name: str) -> torch.Tensor:
+    """The selection function ``name`` over the last axis of finite float32 scores ``z``."""
     if name == "sparsemax":
-        w = sparsemax_traceable(z) if torch.compiler.is_compiling() else _entmax().sparsemax(z, dim=-1)
-    elif name == "softmax":
-        w = torch.softmax(z, dim=-1)
-    elif name == "entmax15":
-        w = _entmax().entmax15(z, dim=-1)
-    else:
-        check_selection(name)
-        w = _entmax().entmax_bisect(z, alpha=float(name.split(":", 1)[1]), dim=-1)
-    return w.to(logits.dtype)
+        return sparsemax_traceable(z) if torch.compiler.is_compiling() else _entmax().sparsemax(z, dim=-1)
+    if name == "softmax":
+        return torch.softmax(z, dim=-1)
+    if name == "entmax15":
+        return _entmax().entmax15(z, dim=-1)
+    check_selection(name)
+    return _entmax().entmax_bisect(z, alpha=float(name.split(":", 1)[1]), dim=-1)
 
 
 def sparsemax_traceable(z: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,21 @@ from typing import Any
 
 import pytest
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: heavy end-to-end checks (lmms-eval); deselected unless -m selects them")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect ``slow`` tests unless the ``-m`` expression names them (``make lmms-eval-check`` does)."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 #: The tiny tower's input side and patch size: a 6x6 grid, so mlp2x_gelu gives K = 36 visual tokens.
 TOWER_IMAGE_SIZE = 48
 TOWER_PATCH_SIZE = 8

@@ -153,6 +153,19 @@ def _run_compressors(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, 
     return {"pipeline_name": spec.name, "convention": CONVENTION, "compressors": tables}
 
 
+def _check_layer_counts(args: argparse.Namespace, spec: PipelineSpec) -> None:
+    """Refuse layer counts beyond the pipeline's (they used to be clamped silently), and negative counts."""
+    limits = (("--vision-layers", args.vision_layers, spec.vision.num_hidden_layers, "vision tower"),
+              ("--layers", args.layers, spec.llm.num_hidden_layers, "LLM"))
+    for flag, value, most, what in limits:
+        if isinstance(value, int) and value > most:
+            raise ValueError(f"{flag} {value} exceeds the {most} layers of the {what} of {spec.name}; accepted: 1 to {most}")
+    if args.prompt_tokens < 0:
+        raise ValueError(f"--prompt-tokens must be >= 0, got {args.prompt_tokens}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build every table (and measurement) for parsed ``args``; prints them; returns the JSON-able result."""
     if args.table == "compressors":
@@ -163,6 +176,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if resolve_device(args.device).type != "cuda" and args.fast == "cudagraph":
             raise ValueError("--fast cudagraph needs --device cuda; use --fast compile or none on cpu")
     spec = _spec(args)
+    _check_layer_counts(args, spec)
     inputs = spec.input(args.input_tokens)
     allocations = _allocations(args, spec, inputs)
     cap = args.vision_layers if isinstance(args.vision_layers, int) else None
@@ -219,7 +233,7 @@ def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]
 
     device = measure.resolve_device(args.device)
     opts = measure.MeasureOptions(
-        device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0), iters=args.iters,
+        device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=args.warmup, iters=args.iters,
         batch_sizes=tuple(args.batch_sizes), llm_layers=args.layers, vision_layers=vision_cap, fast=args.fast,
         compile_mode=args.compile_mode,
     )

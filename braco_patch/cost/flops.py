@@ -295,9 +295,15 @@ def compressor_flops(
 
 
 def check_allocation(cfg: BracoConfig, grid: tuple[int, int], label: str) -> None:
-    """Raise ``ValueError`` when the allocation's C exceeds the token grid."""
+    """Raise ``ValueError`` when the allocation's C exceeds the token grid, or C² + S its token count."""
     if cfg.cutoff > min(grid):
         raise ValueError(
             f"{label} needs C={cfg.cutoff} but the {grid[0]}x{grid[1]} token grid allows at most C={min(grid)}"
+        )
+    tokens = grid[0] * grid[1]
+    if cfg.output_tokens > tokens:
+        raise ValueError(
+            f"{label} outputs {cfg.output_tokens} tokens but the {grid[0]}x{grid[1]} grid has only {tokens}; "
+            f"with C={cfg.cutoff}, S must be at most {tokens - cfg.backbone_tokens}"
         )
 

@@ -25,12 +25,14 @@ import os
 from typing import Any, Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import cached_file
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
 
+from .checks import check_llava_config, check_loaded_weights, check_model_path, check_tokenizer_files, check_weight_files
 from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
+from .tokenizer_loading import load_tokenizer
 from .llava_arch import load_projector_weights, load_weights_file, projector_state_dict
 
 logger = logging.getLogger(__name__)
@@ -79,7 +81,8 @@ def load_pretrained_model(
         device_map: Used when ``device == "cuda"``; any other device maps the whole model to it.
         device: ``"cuda"`` (default), ``"cpu"``, ``"cuda:1"``, ...
         use_flash_attn: Use ``flash_attention_2`` (flash-attn must be installed).
-        **kwargs: Passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
+        **kwargs: ``allow_missing_weights=True`` loads a full checkpoint that lacks some weights (they stay
+            randomly initialised; by default that is an error naming them). The rest is passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
             is float32 on CPU and float16 elsewhere.
 
     Returns:
@@ -91,7 +94,11 @@ def load_pretrained_model(
             match the configured projector (the message names the keys).
         ImportError: If quantisation needs bitsandbytes, or LoRA needs peft, and it is not installed.
     """
+    check_model_path(model_path)
+    if model_base:
+        check_model_path(model_base, "--model-base")
     load_kwargs = dict(kwargs)
+    allow_missing_weights = bool(load_kwargs.pop("allow_missing_weights", False))
     load_kwargs["device_map"] = device_map if device == "cuda" else {"": device}
     load_kwargs.update(_precision_kwargs(load_8bit, load_4bit, device, load_kwargs))
     if use_flash_attn:
@@ -107,7 +114,7 @@ def load_pretrained_model(
     elif kind == "llava_projector":
         tokenizer, model = _load_llava_projector(model_path, model_base, load_kwargs)
     else:
-        tokenizer, model = _load_llava_full(model_path, load_kwargs)
+        tokenizer, model = _load_llava_full(model_path, load_kwargs, allow_missing_weights)
 
     image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device)
     return tokenizer, model, image_processor, _context_length(model)
@@ -148,13 +155,16 @@ def _context_length(model: PreTrainedModel) -> int:
 def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     # Upstream asks for the slow (sentencepiece) tokenizer; transformers 5 converts tokenizer.model into an
     # equivalent tokenizers-backed LlamaTokenizer (needs sentencepiece and protobuf).
-    return AutoTokenizer.from_pretrained(path, use_fast=False)
+    check_tokenizer_files(path)
+    return load_tokenizer(path, use_fast=False)
 
 
 def _llava_config(model_path: str) -> tuple[LanguageModelEntry, Any]:
     """The registry entry chosen by ``model_path``'s ``model_type`` and its config, read by that entry's class."""
     entry = language_model_for_checkpoint(model_path)
-    return entry, entry.config_class.from_pretrained(model_path)
+    config = entry.config_class.from_pretrained(model_path)
+    check_llava_config(model_path, config)
+    return entry, config
 
 
 def _check_base(entry: LanguageModelEntry, model_path: str, model_base: str) -> None:
@@ -189,13 +199,20 @@ def _require(package: str, purpose: str) -> None:
 # ---------------------------------------------------------------------------------------------- loaders
 
 
-def _load_llava_full(model_path: str, load_kwargs: dict[str, Any]) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+def _load_llava_full(
+    model_path: str, load_kwargs: dict[str, Any], allow_missing_weights: bool = False
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     entry, config = _llava_config(model_path)
+    check_weight_files(model_path)
     tokenizer = _load_tokenizer(model_path)
     model, info = entry.causal_lm_class.from_pretrained(
         model_path, config=config, output_loading_info=True, **load_kwargs
     )
     _check_projector_keys(info, model_path)
+    check_loaded_weights(
+        _loading_field(info, "missing_keys"), model_path, unexpected_keys=_loading_field(info, "unexpected_keys"),
+        allow_missing=allow_missing_weights,
+    )
     return tokenizer, model
 
 

@@ -51,16 +51,22 @@ def load_weights_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """Read a state dict from ``.safetensors`` or, otherwise, a ``torch.save`` file (``weights_only=True``).
 
     Raises:
-        ValueError: If the file does not exist.
+        ValueError: If the file does not exist; ``UserError`` if it cannot be read.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"weights file {path!r} does not exist")
-    if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
+    from .checks import weights_file_error
 
-        return load_file(path, device="cpu")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            return load_file(path, device="cpu")
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # unpickling, zip and header errors alike: the file is unusable
+        # Never pass on torch's advice to retry with weights_only=False: the file may be hostile.
+        raise weights_file_error(path, error) from None
 
 
 def projector_state_dict(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

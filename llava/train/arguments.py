@@ -93,6 +93,11 @@ class TrainingArguments(transformers.TrainingArguments):
     lora_bias: str = "none"
     mm_projector_lr: float | None = None
     group_by_modality_length: bool = field(default=False)
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "train from the start even if --output_dir holds checkpoint-* folders (transformers 5 "
+                          "dropped the flag; here it decides resuming, see llava/train/resume.py)"},
+    )
 
 
 # ---------------------------------------------------------------------------------------------- legacy flags
@@ -134,9 +139,6 @@ LEGACY_FLAGS: dict[str, LegacyFlag] = {
     ),
     "no_cuda": LegacyFlag(True, lambda v: ["--use_cpu", v], "renamed --use_cpu"),
     "gradient_checkpointing": LegacyFlag(True, lambda v: ["--activation_checkpointing", v], "renamed --activation_checkpointing"),
-    "overwrite_output_dir": LegacyFlag(
-        True, lambda v: [], "removed; ignored (a run resumes from the last checkpoint-* in --output_dir)"
-    ),
     "logging_dir": LegacyFlag(False, lambda v: [], "removed; ignored"),
     "save_safetensors": LegacyFlag(True, lambda v: [], "removed (checkpoints are always safetensors); ignored"),
 }

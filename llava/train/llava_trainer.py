@@ -12,12 +12,16 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import Sampler
 from transformers import Trainer
+from transformers.trainer import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from .resume import begin_checkpoint, finish_checkpoint
 
 from .saving import load_non_lora_checkpoint, load_projector_checkpoint, save_lora_extras, save_projector
 
@@ -135,12 +139,16 @@ class LLaVATrainer(Trainer):
         *args, **kwargs: As ``transformers.Trainer``.
     """
 
-    def __init__(self, *args: Any, save_mode: str = "full", save_embeddings: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, save_mode: str = "full", save_embeddings: bool = False, run_settings: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if save_mode not in SAVE_MODES:
             raise ValueError(f"unknown save_mode {save_mode!r}; expected one of {SAVE_MODES}")
         super().__init__(*args, **kwargs)
         self.save_mode = save_mode
         self.save_embeddings = save_embeddings
+        self.run_settings = run_settings
 
     # -- sampling ------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset: Any = None) -> Sampler | None:
@@ -186,6 +194,28 @@ class LLaVATrainer(Trainer):
         super().save_model(output_dir, _internal_call)
         if self.save_mode == "lora":
             save_lora_extras(self.model, output_dir, should_save=self.args.should_save)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Save as the ``Trainer`` does, then mark the folder complete (:mod:`llava.train.resume`).
+
+        Old checkpoints are rotated out only after the new one is marked, so a kill while saving always leaves
+        a complete checkpoint behind.
+        """
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:
+            begin_checkpoint(folder)
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        if self.args.should_save:
+            finish_checkpoint(folder, self.run_settings)
+            rotate_checkpoints(
+                output_dir=self._get_output_dir(trial=trial), save_total_limit=limit,
+                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
+            )
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         target = self.model if model is None else model

@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from transformers import AutoTokenizer
 
 from llava.mm_utils import is_anyres, parse_grid_pinpoints
 from llava.model.language_model.registry import language_model_for_checkpoint
 from llava.model.multimodal_projector.builder import build_vision_projector
 from llava.model.multimodal_projector.plugins import owner_of
+from llava.model.tokenizer_loading import load_tokenizer as load_tokenizer_any_protobuf
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments
 
@@ -119,7 +119,7 @@ def apply_lora(model: nn.Module, training_args: TrainingArguments) -> nn.Module:
 
 def load_tokenizer(model_args: ModelArguments, training_args: TrainingArguments) -> Any:
     """The LLM's tokenizer, right-padded, ``model_max_length`` set; pad = unk when it has no pad (upstream)."""
-    tokenizer = AutoTokenizer.from_pretrained(
+    tokenizer = load_tokenizer_any_protobuf(
         model_args.model_name_or_path,
         cache_dir=training_args.cache_dir,
         model_max_length=training_args.model_max_length,

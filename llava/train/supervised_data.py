@@ -22,13 +22,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX
 from llava.conversation import Conversation
-from llava.mm_utils import process_images
+from llava.mm_utils import ImageUnreadable, open_image, process_images
 
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
 
@@ -216,7 +215,12 @@ class LazySupervisedDataset(Dataset):
             ``"anyres_max_<N>"`` (base view plus the crops of the best canvas, as at inference).
         image_grid_pinpoints: AnyRes canvases, as in ``config.json`` (expanded list of ``[width, height]``).
         mm_use_im_start_end: Wrap ``<image>`` in start/end tokens.
+        skip_bad_images: ``--skip_bad_samples``: a sample whose image cannot be decoded is replaced by the next
+            usable one and counted (:attr:`skipped_images`) instead of stopping the run.
     """
+
+    #: Slots of the shared skip counter: the main process and up to this many - 1 dataloader workers.
+    COUNTER_SLOTS = 256
 
     def __init__(
         self,
@@ -229,8 +233,13 @@ class LazySupervisedDataset(Dataset):
         image_aspect_ratio: str = "square",
         image_grid_pinpoints: Any = None,
         mm_use_im_start_end: bool = False,
+        skip_bad_images: bool = False,
     ) -> None:
         self.records = list(records)
+        self.skip_bad_images = skip_bad_images
+        # Shared memory, one slot per worker: dataloader workers are other processes, and each adds to its own
+        # slot so that no count is lost to a race; the main process reads the sum.
+        self._skips = torch.zeros(self.COUNTER_SLOTS, dtype=torch.int64).share_memory_()
         self.tokenizer = tokenizer
         self.conv = conv
         self.image_folder = image_folder
@@ -258,7 +267,24 @@ class LazySupervisedDataset(Dataset):
     def multimodal(self) -> bool:
         return self.image_processor is not None
 
+    @property
+    def skipped_images(self) -> int:
+        """How many times a sample was skipped because its image could not be decoded (all workers)."""
+        return int(self._skips.sum())
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not self.skip_bad_images:
+            return self._item(index)
+        for offset in range(len(self.records)):
+            try:
+                return self._item((index + offset) % len(self.records))
+            except ImageUnreadable as error:
+                worker = torch.utils.data.get_worker_info()
+                self._skips[0 if worker is None else 1 + worker.id % (self.COUNTER_SLOTS - 1)] += 1
+                logger.warning("skipping a sample: %s", error)
+        raise ValueError("no training sample has a decodable image (every image failed; see the warnings above)")
+
+    def _item(self, index: int) -> dict[str, torch.Tensor]:
         record = self.records[index]
         turns = record_turns(record)
         if self.multimodal:
@@ -275,12 +301,18 @@ class LazySupervisedDataset(Dataset):
         return sample
 
     def load_image(self, path: str, index: int, record: dict[str, Any]) -> tuple[torch.Tensor, tuple[int, int]]:
-        """``([3, H, W] or [V, 3, H, W] pixels, (width, height))``, processed as at inference (``process_images``)."""
+        """``([3, H, W] or [V, 3, H, W] pixels, (width, height))``, processed as at inference (``process_images``).
+
+        Raises:
+            ImageUnreadable: One sentence naming the sample, the file and ``--skip_bad_samples``.
+        """
         try:
-            with Image.open(path) as opened:
-                image = opened.convert("RGB")
-        except (OSError, UnidentifiedImageError) as error:
-            raise ValueError(f"{_describe(index, record)}: cannot read image {path!r} ({error})") from None
+            image = open_image(path)
+        except ImageUnreadable as error:
+            raise ImageUnreadable(
+                f"{_describe(index, record)}: cannot read image: {error}; fix or remove it, or pass "
+                "--skip_bad_samples True to skip such samples"
+            ) from None
         pixels = process_images([image], self.image_processor, self.aspect)
         return pixels[0], image.size
 

@@ -15,8 +15,8 @@ Stage 2 loads the stage-1 ``mm_projector.bin`` with ``--pretrain_mm_mlp_adapter`
 Order of work: arguments, then every training record is checked (so bad data fails before a model is
 loaded), the projector plugin's run defaults are filled in (:mod:`llava.train.recipe`), the model is built
 (:mod:`llava.train.model_setup`), callbacks that the model's projector registered are added
-(:mod:`llava.train.train_callbacks`), and training runs, resuming from the last ``checkpoint-*`` in
-``--output_dir`` if there is one.
+(:mod:`llava.train.train_callbacks`), and training runs, resuming from the newest complete ``checkpoint-*``
+in ``--output_dir`` when its recorded settings match this run's (:mod:`llava.train.resume`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
+from llava.model.checks import check_model_path
 from llava.utils import cli_main, setup_logging
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
@@ -44,21 +44,12 @@ from .model_setup import (
 )
 from .preprocess import conversation_template
 from .recipe import planned_optimizer_steps, resolve_run_defaults
+from .resume import log_finished_run, resume_point, run_settings
 from .saving import llava_config
 from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records
 from .train_callbacks import callbacks_for_model
 
 logger = logging.getLogger(__name__)
-
-
-def _resume_point(output_dir: str, requested: str | None) -> str | bool | None:
-    """``--resume_from_checkpoint`` if given, else True when ``output_dir`` holds a ``checkpoint-*`` (upstream)."""
-    if requested:
-        return requested
-    if any(path.is_dir() for path in Path(output_dir).glob("checkpoint-*")):
-        logger.info("resuming from the last checkpoint in %s", output_dir)
-        return True
-    return None
 
 
 def build_model(
@@ -103,6 +94,15 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     total_steps = planned_optimizer_steps(len(records), training_args)
     model_args, defaulted = resolve_run_defaults(model_args, total_steps)
 
+    check_model_path(model_args.model_name_or_path, "--model_name_or_path")
+    if model_args.vision_tower:
+        check_model_path(model_args.vision_tower, "--vision_tower")
+    settings = run_settings(model_args, data_args, training_args)
+    resume_from = resume_point(
+        training_args.output_dir, training_args.resume_from_checkpoint, settings,
+        overwrite=training_args.overwrite_output_dir, deepspeed=bool(training_args.deepspeed),
+    )
+
     model, tokenizer, image_processor = build_model(model_args, data_args, training_args, attn_implementation)
     check_template_fits(model_args.version, tokenizer)
     callbacks = callbacks_for_model(model)
@@ -116,6 +116,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         image_aspect_ratio=data_args.image_aspect_ratio,
         image_grid_pinpoints=getattr(llava_config(model), "image_grid_pinpoints", None),
         mm_use_im_start_end=model_args.mm_use_im_start_end,
+        skip_bad_images=data_args.skip_bad_samples,
     )
     save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
     trainer = LLaVATrainer(
@@ -127,8 +128,13 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         callbacks=callbacks,
         save_mode=save_mode,
         save_embeddings=model_args.mm_use_im_start_end,
+        run_settings=settings,
     )
-    trainer.train(resume_from_checkpoint=_resume_point(training_args.output_dir, training_args.resume_from_checkpoint))
+    trainer.train(resume_from_checkpoint=resume_from)
+    log_finished_run(resume_from, trainer.state.global_step, trainer.state.max_steps)
+    if dataset.skipped_images:
+        logger.warning("skipped %d samples whose image could not be decoded (--skip_bad_samples; each was replaced "
+                       "by the next usable sample)", dataset.skipped_images)
     trainer.save_state()
     llava_config(model).use_cache = True
     trainer.save_model(training_args.output_dir)

@@ -54,8 +54,13 @@ def test_transformers4_flags_are_translated(flags, field, value):
 
 
 def test_removed_flags_are_accepted_and_ignored():
-    _, _, training_args = parse_arguments(REQUIRED + ["--overwrite_output_dir", "--logging_dir", "logs", "--save_safetensors", "True"])
+    _, _, training_args = parse_arguments(REQUIRED + ["--logging_dir", "logs", "--save_safetensors", "True"])
     assert training_args.output_dir == "out"
+
+
+def test_overwrite_output_dir_is_a_switch():
+    assert parse_arguments(REQUIRED + ["--overwrite_output_dir"])[2].overwrite_output_dir is True
+    assert parse_arguments(REQUIRED)[2].overwrite_output_dir is False
 
 
 def test_translation_keeps_other_tokens_in_place():

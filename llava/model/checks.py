@@ -1,0 +1,148 @@
+"""Checks that turn a broken checkpoint or path into one sentence, before a library gives a misleading error.
+
+Each function is called from one line of :mod:`llava.model.builder`:
+
+- :func:`check_model_path`: a ``--model-path`` that is a local path but does not exist (huggingface_hub would
+  say "Repo id must be in the form ...");
+- :func:`check_llava_config`: a LLaVA ``config.json`` without ``mm_vision_tower`` (the projector weights would be
+  blamed), and LLaVA's generic boolean keys stored as strings (``"false"`` is truthy in Python);
+- :func:`check_tokenizer_files`: a checkpoint folder without tokenizer files (transformers asks to install
+  sentencepiece, which is installed);
+- :func:`check_weight_files`: a truncated or corrupt ``*.safetensors`` (a raw ``SafetensorError``);
+- :func:`check_loaded_weights`: weights of the model that the checkpoint does not hold (they would stay
+  random and the model would generate garbage), unless the caller opts out with ``allow_missing_weights``;
+- :func:`weights_file_error`: the sentence for an unreadable ``.bin``/``.safetensors`` file, which never repeats
+  torch's advice to retry with ``weights_only=False`` (arbitrary code execution for an untrusted file).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from llava.utils import UserError
+
+#: Files any one of which makes a folder's tokenizer loadable (sentencepiece, tokenizers, GPT-2-style BPE).
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "vocab.json")
+#: LLaVA's own boolean config keys (upstream's names); a plugin's keys are checked by its own settings.
+BOOLEAN_KEYS = (
+    "mm_use_im_start_end", "mm_use_im_patch_token", "tune_mm_mlp_adapter", "freeze_mm_mlp_adapter", "use_mm_proj",
+    "unfreeze_mm_vision_tower",
+)
+_TRUE_WORDS = ("true", "yes", "1", "on")
+_FALSE_WORDS = ("false", "no", "0", "off")
+#: Weight names a full checkpoint may lack: the tower is loaded from its own folder.
+_OPTIONAL_PREFIXES = ("model.vision_tower.",)
+_SHOWN = 5
+
+
+def _looks_like_a_path(name: str) -> bool:
+    """Whether ``name`` can only be a local path (a hub id is ``name`` or ``namespace/name``)."""
+    if os.path.isabs(name) or name.startswith((".", "~")) or "\\" in name or name.count("/") > 1:
+        return True
+    head = name.split("/", 1)[0]
+    return "/" in name and os.path.isdir(head)
+
+
+def check_model_path(model_path: str, flag: str = "--model-path") -> None:
+    """Raise when ``model_path`` is meant as a local folder that does not exist."""
+    if not os.path.exists(os.path.expanduser(model_path)) and _looks_like_a_path(model_path):
+        raise UserError(f"{flag} {model_path!r} does not exist; pass a checkpoint folder or a hub id such as 'liuhaotian/llava-v1.5-7b'")
+
+
+def read_boolean(key: str, value: Any) -> bool:
+    """``value`` of config key ``key`` as a bool: booleans, 0/1, or the words true/false, yes/no, on/off."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise UserError(f"config.json key {key} must be a boolean (true/false), got {value!r}")
+
+
+def check_llava_config(model_path: str, config: Any) -> None:
+    """Require ``mm_vision_tower`` and normalise LLaVA's boolean keys in place (see the module docstring)."""
+    if not getattr(config, "mm_vision_tower", None) and not getattr(config, "vision_tower", None):
+        raise UserError(
+            f"{model_path}/config.json has no 'mm_vision_tower' (the vision tower's hub id or folder), which every "
+            "LLaVA checkpoint needs; add it, e.g. \"mm_vision_tower\": \"openai/clip-vit-large-patch14-336\""
+        )
+    for key in BOOLEAN_KEYS:
+        value = getattr(config, key, None)
+        if value is not None:
+            try:
+                setattr(config, key, read_boolean(key, value))
+            except UserError:
+                raise UserError(f"{model_path}/config.json: {key} must be a boolean (true/false), got {value!r}") from None
+
+
+def check_tokenizer_files(path: str) -> None:
+    """Raise when a local folder has none of :data:`TOKENIZER_FILES`."""
+    if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        raise UserError(
+            f"{path!r} has no tokenizer files (tokenizer.model or tokenizer.json); copy them from the base LLM the "
+            "checkpoint was trained from"
+        )
+
+
+def weights_file_error(path: str, error: BaseException) -> UserError:
+    """The one sentence for a weights file that cannot be read (the library's own advice is left out)."""
+    kind = type(error).__name__
+    return UserError(
+        f"weights file {path!r} is not a readable weights file ({kind}: it is corrupt, truncated or not a checkpoint); "
+        "download or save it again"
+    )
+
+
+def check_weight_files(model_path: str) -> None:
+    """Open the header of every ``*.safetensors`` file of a local folder (cheap) and raise on a broken one."""
+    if not os.path.isdir(model_path):
+        return
+    from safetensors import safe_open
+
+    for name in sorted(os.listdir(model_path)):
+        if name.endswith(".safetensors"):
+            path = os.path.join(model_path, name)
+            try:
+                with safe_open(path, framework="pt"):
+                    pass
+            except Exception as error:  # SafetensorError, OSError: any failure means the file is unusable
+                raise weights_file_error(path, error) from None
+
+
+def check_loaded_weights(
+    missing_keys: Iterable[str], source: str, *, unexpected_keys: Iterable[str] = (), allow_missing: bool = False
+) -> None:
+    """Raise naming the weights ``source`` lacks (they would stay random) unless ``allow_missing``, and the
+    weights it holds that the model has no place for (a renamed or foreign layer would be dropped silently)."""
+    missing = sorted(key for key in missing_keys if not key.startswith(_OPTIONAL_PREFIXES))
+    if missing and not allow_missing:
+        raise UserError(
+            f"{source!r} is missing {len(missing)} weights ({_some(missing)}), which would stay random; use a complete "
+            "checkpoint, or pass allow_missing_weights=True to load_pretrained_model for a deliberate partial load"
+        )
+    unexpected = sorted(key for key in unexpected_keys if not key.startswith(_OPTIONAL_PREFIXES))
+    if unexpected:
+        raise UserError(
+            f"{source!r} holds {len(unexpected)} weights this model has no place for ({_some(unexpected)}); it was "
+            "saved from another architecture or its config.json does not match it"
+        )
+
+
+def _some(keys: list[str]) -> str:
+    return ", ".join(keys[:_SHOWN]) + (f", ... ({len(keys) - _SHOWN} more)" if len(keys) > _SHOWN else "")
+
+
+__all__ = [
+    "BOOLEAN_KEYS",
+    "TOKENIZER_FILES",
+    "check_llava_config",
+    "check_loaded_weights",
+    "check_model_path",
+    "check_tokenizer_files",
+    "check_weight_files",
+    "read_boolean",
+    "weights_file_error",
+]

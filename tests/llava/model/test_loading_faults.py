@@ -1,0 +1,130 @@
+"""Broken checkpoints and paths give one sentence naming the problem (issue 14, items 5, 6 and 12)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from llava.utils import UserError
+
+from ._support import load, make_images, pixels, prompt_ids
+
+
+def _copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def _edit_config(path: Path, drop: tuple[str, ...] = (), **changes: object) -> None:
+    config = json.loads((path / "config.json").read_text())
+    for key in drop:
+        config.pop(key, None)
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("spelling", ["{tmp}/checkpoints/llava-v1.5-7b", "../checkpoints/llava-missing", "checkpoints/llava-a/b"])
+def test_missing_model_path_names_the_path(tmp_path, spelling: str):
+    path = spelling.format(tmp=tmp_path)
+    with pytest.raises(UserError, match=r"--model-path .* does not exist") as error:
+        load(Path(path))
+    assert path in str(error.value) and "Repo id" not in str(error.value)
+
+
+def test_missing_model_base_names_the_path(tiny_projector_checkpoint, tmp_path):
+    base = tmp_path / "models" / "vicuna-7b"
+    with pytest.raises(UserError, match=rf"--model-base '{base}' does not exist"):
+        load(tiny_projector_checkpoint("mlp2x_gelu", "bin"), model_base=base)
+
+
+def test_relative_path_under_an_existing_folder_is_a_path(tmp_path, monkeypatch):
+    (tmp_path / "checkpoints").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"'checkpoints/llava-7b' does not exist"):
+        load(Path("checkpoints/llava-7b"))
+
+
+def test_config_without_vision_tower_names_the_key(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-no-tower")
+    _edit_config(path, drop=("mm_vision_tower",))
+    with pytest.raises(UserError, match=r"config\.json has no 'mm_vision_tower'"):
+        load(path)
+
+
+@pytest.mark.parametrize("removed", [("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")])
+def test_missing_tokenizer_files_are_named(tiny_llava_checkpoint, tmp_path, removed):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-no-tokenizer")
+    for name in removed:
+        (path / name).unlink(missing_ok=True)
+    with pytest.raises(UserError, match=r"has no tokenizer files \(tokenizer\.model or tokenizer\.json\)") as error:
+        load(path)
+    assert "sentencepiece" not in str(error.value)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x80\x02garbage", b"PK\x03\x04truncated zip"])
+def test_corrupt_projector_bin_never_suggests_weights_only_false(tiny_projector_checkpoint, tiny_base_llm, tmp_path, content):
+    path = _copy(tiny_projector_checkpoint("mlp2x_gelu", "bin"), tmp_path / "llava-pretrain-corrupt")
+    (path / "mm_projector.bin").write_bytes(content)
+    with pytest.raises(UserError, match=r"mm_projector\.bin' is not a readable weights file") as error:
+        load(path, model_base=tiny_base_llm)
+    assert "weights_only" not in str(error.value) and "\n" not in str(error.value)
+
+
+def test_truncated_safetensors_is_one_sentence(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-truncated")
+    data = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match=r"model\.safetensors.*is not a readable weights file"):
+        load(path)
+
+
+def test_missing_language_model_weights_are_named(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-no-layer-1")
+    weights = load_file(path / "model.safetensors")
+    dropped = sorted(key for key in weights if key.startswith("model.layers.1."))
+    assert dropped
+    save_file({k: v for k, v in weights.items() if k not in dropped}, str(path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"is missing \d+ weights \(model\.layers\.1\..*allow_missing_weights=True") as error:
+        load(path)
+    assert dropped[0] in str(error.value)
+    # The explicit opt-out loads it (e.g. to inspect a partial checkpoint).
+    _, model, _, _ = load(path, allow_missing_weights=True)
+    assert model is not None
+
+
+def test_unexpected_language_model_weights_are_named(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-renamed-layer")
+    weights = load_file(path / "model.safetensors")
+    renamed = {k.replace("model.layers.1.", "model.layerz.1.") if k.startswith("model.layers.1.") else k: v for k, v in weights.items()}
+    save_file(renamed, str(path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"is missing"):
+        load(path)
+    with pytest.raises(UserError, match=r"holds \d+ weights this model has no place for \(model\.layerz\.1\."):
+        load(path, allow_missing_weights=True)
+
+
+def test_a_complete_checkpoint_still_loads_and_answers(tiny_llava_checkpoint):
+    tokenizer, model, processor, _ = load(tiny_llava_checkpoint("mlp2x_gelu"))
+    images = pixels(make_images(1), processor, model)
+    out = model.generate(prompt_ids(tokenizer, "What?").unsqueeze(0), images=images, image_sizes=[(40, 30)],
+                         do_sample=False, max_new_tokens=2)
+    assert out.shape[0] == 1
+
+
+@pytest.mark.parametrize("stored, expected", [("false", False), ("no", False), ("true", True), (False, False)])
+def test_string_booleans_in_generic_keys_are_read_as_booleans(tiny_llava_checkpoint, tmp_path, stored, expected):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-string-bool")
+    _edit_config(path, mm_use_im_start_end=stored, mm_use_im_patch_token=stored)
+    _, model, _, _ = load(path)
+    assert model.config.mm_use_im_start_end is expected and model.config.mm_use_im_patch_token is expected
+
+
+def test_a_non_boolean_generic_key_is_refused(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-bad-bool")
+    _edit_config(path, mm_use_im_start_end="maybe")
+    with pytest.raises(UserError, match=r"mm_use_im_start_end must be a boolean .*got 'maybe'"):
+        load(path)

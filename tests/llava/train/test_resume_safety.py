@@ -1,0 +1,170 @@
+"""Resuming only what belongs to this run: settings recorded per checkpoint, completeness markers, DeepSpeed.
+
+Issue 14, items 3 (a finished run's checkpoints silently reused with new hyper-parameters), 10 (a checkpoint
+half-written when the run was killed blocks resume) and 14 (DeepSpeed resumes a planted checkpoint-* on its own).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from llava.train.resume import COMPLETE_MARKER, RUN_FILE, resume_point
+from llava.train.train import train
+from llava.utils import UserError
+
+from .conftest import SimulatedKill, recording, stage1_flags
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_base_llm, tiny_tower_dir, train_data) -> tuple[Path, list[str]]:
+    """A finished stage-1 ``mlp2x_gelu`` run (6 steps) with ``checkpoint-6``; the argv that made it."""
+    output = tmp_path_factory.mktemp("resume") / "run"
+    argv = stage1_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", output)
+    argv[argv.index("--save_steps") + 1] = "3"
+    train(argv=argv)
+    assert sorted(p.name for p in output.glob("checkpoint-*")) == ["checkpoint-6"]
+    return output, argv
+
+
+def _with(argv: list[str], flag: str, value: str) -> list[str]:
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def test_checkpoints_record_the_run_and_are_marked_complete(finished):
+    output, _ = finished
+    recorded = json.loads((output / "checkpoint-6" / RUN_FILE).read_text())
+    assert (output / "checkpoint-6" / COMPLETE_MARKER).is_file()
+    assert recorded["learning_rate"] == 1e-3 and recorded["mm_projector_type"] == "mlp2x_gelu"
+    assert recorded["tune_mm_mlp_adapter"] is True and recorded["version"] == "plain"
+    assert recorded["data_path"]["size"] == Path(_arg(finished[1], "--data_path")).stat().st_size
+
+
+def _arg(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize("flag, value, named", [
+    ("--learning_rate", "5e-4", "learning_rate"),
+    ("--num_train_epochs", "2", "num_train_epochs"),
+    ("--mm_projector_type", "linear", "mm_projector_type"),
+    ("--per_device_train_batch_size", "3", "per_device_train_batch_size"),
+])
+def test_rerun_with_other_settings_is_refused(finished, flag, value, named):
+    output, argv = finished
+    with pytest.raises(UserError, match=rf"{named}.*differ.*--overwrite_output_dir.*--output_dir"):
+        train(argv=_with(argv, flag, value))
+
+
+def test_rerun_after_the_data_changed_is_refused(finished, tmp_path: Path):
+    output, argv = finished
+    data = tmp_path / "pretrain.json"
+    records = json.loads(Path(_arg(argv, "--data_path")).read_text())
+    data.write_text(json.dumps(records[:10]))
+    with pytest.raises(UserError, match=r"data_path.*differ"):
+        train(argv=_with(argv, "--data_path", str(data)))
+
+
+def test_same_settings_resume_loudly_and_train_nothing(finished, caplog):
+    output, argv = finished
+    before = torch.load(output / "mm_projector.bin", weights_only=True)
+    with recording() as seen, caplog.at_level(logging.WARNING, logger="llava.train.resume"):
+        train(argv=argv)
+    assert seen.first_step == seen.final_step == 6
+    assert "RESUMING from" in caplog.text and "already finished all 6 steps" in caplog.text
+    after = torch.load(output / "mm_projector.bin", weights_only=True)
+    assert all(torch.equal(before[key], after[key]) for key in before)
+
+
+def test_overwrite_output_dir_trains_from_the_start(finished, tmp_path: Path):
+    output = tmp_path / "copy"
+    shutil.copytree(finished[0], output)
+    argv = _with(_with(finished[1], "--output_dir", str(output)), "--learning_rate", "5e-4")
+    with recording() as seen:
+        train(argv=argv + ["--overwrite_output_dir", "True"])
+    assert seen.first_step == 0 and seen.final_step == 6
+    assert json.loads((output / "checkpoint-6" / RUN_FILE).read_text())["learning_rate"] == 5e-4
+
+
+def test_killed_while_saving_resumes_from_the_newest_complete_checkpoint(tmp_path, tiny_base_llm, tiny_tower_dir, train_data, caplog):
+    output = tmp_path / "run"
+    argv = stage1_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", output)
+    argv[argv.index("--save_steps") + 1] = "2"
+    with recording(kill_at_step=5), pytest.raises(SimulatedKill):
+        train(argv=argv)
+    assert sorted(p.name for p in output.glob("checkpoint-*")) == ["checkpoint-4"]
+    # What a kill halfway through writing checkpoint-6 leaves: a truncated weights file and no marker.
+    half = output / "checkpoint-6"
+    shutil.copytree(output / "checkpoint-4", half)
+    (half / COMPLETE_MARKER).unlink()
+    (half / "mm_projector.bin").write_bytes((half / "mm_projector.bin").read_bytes()[:100])
+    with recording() as seen, caplog.at_level(logging.WARNING, logger="llava.train.resume"):
+        train(argv=argv)
+    assert seen.first_step == 4 and seen.final_step == 6
+    assert "skipping incomplete checkpoints" in caplog.text and "checkpoint-6" in caplog.text
+
+
+# ---------------------------------------------------------------------------------------------- the decision alone
+
+
+def _checkpoint(root: Path, step: int, settings: dict, complete: bool = True) -> Path:
+    folder = root / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / RUN_FILE).write_text(json.dumps(settings))
+    if complete:
+        (folder / COMPLETE_MARKER).write_text("")
+    return folder
+
+
+SETTINGS = {"learning_rate": 0.001, "data_path": {"path": "/d.json", "size": 3, "mtime_ns": 5}}
+
+
+def test_only_incomplete_checkpoints_name_what_to_delete(tmp_path: Path):
+    _checkpoint(tmp_path, 2, SETTINGS, complete=False)
+    with pytest.raises(UserError, match=r"only incomplete checkpoints \(checkpoint-2.*delete them"):
+        resume_point(str(tmp_path), None, SETTINGS)
+
+
+def test_an_explicit_incomplete_checkpoint_is_refused(tmp_path: Path):
+    folder = _checkpoint(tmp_path, 2, SETTINGS, complete=False)
+    with pytest.raises(UserError, match=r"is incomplete"):
+        resume_point(str(tmp_path), str(folder), SETTINGS)
+
+
+def test_a_checkpoint_without_a_record_is_refused(tmp_path: Path):
+    folder = _checkpoint(tmp_path, 2, SETTINGS)
+    (folder / RUN_FILE).unlink()
+    with pytest.raises(UserError, match=r"no readable record.*--overwrite_output_dir"):
+        resume_point(str(tmp_path), None, SETTINGS)
+
+
+def test_deepspeed_never_resumes_on_its_own(tmp_path: Path):
+    _checkpoint(tmp_path, 2, SETTINGS)
+    with pytest.raises(UserError, match=r"DeepSpeed.*--resume_from_checkpoint True.*--overwrite_output_dir"):
+        resume_point(str(tmp_path), None, SETTINGS, deepspeed=True)
+    newest = _checkpoint(tmp_path, 4, SETTINGS)
+    _checkpoint(tmp_path, 6, SETTINGS, complete=False)
+    assert resume_point(str(tmp_path), "True", SETTINGS, deepspeed=True) == str(newest)
+    assert resume_point(str(tmp_path), None, SETTINGS, deepspeed=True, overwrite=True) is None
+
+
+def test_no_checkpoint_is_a_fresh_start(tmp_path: Path):
+    assert resume_point(str(tmp_path / "absent"), None, SETTINGS) is None
+    (tmp_path / "checkpoint-x").mkdir()
+    assert resume_point(str(tmp_path), None, SETTINGS) is None
+
+
+@pytest.mark.parametrize("flag", ["--model_name_or_path", "--vision_tower"])
+def test_a_missing_model_folder_is_named_before_anything_loads(tmp_path, tiny_base_llm, tiny_tower_dir, train_data, flag):
+    argv = stage1_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", tmp_path / "out")
+    missing = str(tmp_path / "models" / "nowhere")
+    argv[argv.index(flag) + 1] = missing
+    with pytest.raises(UserError, match=rf"{flag} '{missing}' does not exist"):
+        train(argv=argv)
