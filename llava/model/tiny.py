@@ -396,6 +396,21 @@ TINY_LLM_CONFIG_KEYS: dict[str, Any] = {
 }
 
 
+#: Tiny tokenizer trainers by plain LLM ``model_type``: ``train(out_dir, texts=..., vocab_size=...) -> dir``.
+TINY_TOKENIZER_BUILDERS: dict[str, Any] = {
+    "llama": train_tiny_tokenizer,
+    "qwen2": train_tiny_qwen_tokenizer,
+    "mistral": train_tiny_tokenizer,  # Mistral-7B-Instruct uses LLaMA's sentencepiece layout
+}
+
+
+def train_tiny_tokenizer_for(llm: str, out_dir: PathLike, texts: Iterable[str] | None = None, vocab_size: int = 400) -> Path:
+    """Train the tokenizer that family ``llm`` (a key of :data:`TINY_TOKENIZER_BUILDERS`) uses; see its trainer."""
+    if llm not in TINY_TOKENIZER_BUILDERS:
+        raise ValueError(f"unknown tiny llm {llm!r}; expected one of {', '.join(TINY_TOKENIZER_BUILDERS)}")
+    return TINY_TOKENIZER_BUILDERS[llm](out_dir, texts=texts, vocab_size=vocab_size)
+
+
 def _check_llm(llm: str) -> None:
     if llm not in TINY_LLM_CONFIG_KEYS:
         raise ValueError(f"unknown tiny llm {llm!r}; expected one of {', '.join(TINY_LLM_CONFIG_KEYS)}")
@@ -622,6 +637,7 @@ def build_tiny_projector_checkpoint(
 __all__ = [
     "QWEN_SPECIAL_TOKENS",
     "TINY_LLM_CONFIG_KEYS",
+    "TINY_TOKENIZER_BUILDERS",
     "TINY_TOWER_BUILDERS",
     "build_tiny_clip_tower",
     "build_tiny_llava_checkpoint",
@@ -632,4 +648,5 @@ __all__ = [
     "build_tiny_vision_tower",
     "train_tiny_qwen_tokenizer",
     "train_tiny_tokenizer",
+    "train_tiny_tokenizer_for",
 ]
