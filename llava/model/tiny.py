@@ -560,7 +560,8 @@ def build_tiny_llava_checkpoint(
         tokenizer_dir: From :func:`train_tiny_tokenizer` (llama, mistral) or :func:`train_tiny_qwen_tokenizer`.
         projector_type: Any registered ``mm_projector_type``.
         model_type: The LLaVA model_type or one of its aliases; ``None``: the registered one for ``llm``.
-        extra_config: More config keys (e.g. a compressor plugin's settings); they override the defaults.
+        extra_config: More config keys (e.g. a compressor plugin's settings, or ``tie_word_embeddings``); they
+            override the defaults.
         seed: Seed for the random weights.
         hidden, layers, heads, intermediate, max_position: LLM dims.
         llm: ``"llama"`` (default), ``"qwen2"`` or ``"mistral"``.
@@ -572,7 +573,8 @@ def build_tiny_llava_checkpoint(
     keys = _llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position, llm)
     if llm == "qwen2":
         keys.update(_next_keys(tower_dir, max_position))
-    config = entry.config_class(**keys, **_multimodal_keys(tower_dir, projector_type, extra_config))
+    # extra_config may override LLM keys too (e.g. tie_word_embeddings False, as Qwen2.5-7B).
+    config = entry.config_class(**{**keys, **_multimodal_keys(tower_dir, projector_type, extra_config)})
     config.architectures = [entry.causal_lm_class.__name__]
     path = _prepare_dir(out_dir)
     with torch.random.fork_rng(devices=[]):
