@@ -40,7 +40,7 @@ def test_all_expands_from_the_registry(toybad):
     projectors, notes = expand_projectors(["braco_c2s5", "all"], 4)
     assert projectors[:3] == ("braco_c2s5", "mlp2x_gelu", "braco_k4") or {"braco_k4", "toybad_k4"} <= set(projectors)
     assert "toybad_k4" in projectors and not any(n.startswith("toybad") for n in notes)
-    with pytest.raises(SystemExit, match="--budget must be a positive number of visual tokens, got 0"):
+    with pytest.raises(ValueError, match="--budget must be a positive number of visual tokens, got 0"):
         main(["--projectors", "all", "--budget", "0"])
 
 
