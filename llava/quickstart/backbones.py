@@ -2,12 +2,13 @@
 
 A backbone is a row of :data:`BACKBONES`, resolved through the registries rather than by its name:
 
+* ``tower_dir`` / ``llm_dir``: folder names under ``models/``;
 * ``tower_kind``: a key of :data:`llava.model.tiny.TINY_TOWER_BUILDERS`; the saved tower's ``model_type`` selects
   its class in the vision-tower registry (CLIP drops its CLS token, SigLIP has none);
 * ``llm``: a plain LLM ``model_type`` (a key of :data:`llava.model.tiny.TINY_LLM_CONFIG_KEYS`); the language-model
   registry maps it to its LLaVA class (``llama`` → ``llava_llama``, ``qwen2`` → ``llava_qwen``), and
   :data:`llava.model.tiny.TINY_TOKENIZER_BUILDERS` to its tokenizer;
-* ``llm_dir``: the base LLM's folder name, named after the release the tiny model stands in for, so that the
+* ``llm_dir`` is named after the release the tiny model stands in for, so that the
   one model-name rule (:func:`llava.conversation.template_for_model`) gives the stage-2 and answering template
   (``vicuna-tiny`` → ``vicuna_v1``, upstream's ``--version v1``; ``qwen2.5-tiny`` → ``qwen_1_5``).
 
@@ -25,6 +26,7 @@ class Backbone:
 
     name: str
     tower_kind: str
+    tower_dir: str
     llm: str
     llm_dir: str
     description: str
@@ -36,18 +38,14 @@ class Backbone:
 
         return template_for_model(self.llm_dir)
 
-    @property
-    def tower_dir(self) -> str:
-        return f"{self.tower_kind.split('_')[0]}-tiny"
-
 
 #: The quickstart's backbones, the default first. Both towers give an 8×8 grid at the quickstart's sizes.
 BACKBONES: dict[str, Backbone] = {
     b.name: b
     for b in (
-        Backbone("llama-clip", "clip_vision_model", "llama", "vicuna-tiny",
+        Backbone("llama-clip", "clip_vision_model", "clip-tiny", "llama", "vicuna-tiny",
                  "tiny LLaMA (Vicuna stand-in) + tiny CLIP tower (CLS token dropped)"),
-        Backbone("qwen2-siglip", "siglip_vision_model", "qwen2", "qwen2.5-tiny",
+        Backbone("qwen2-siglip", "siglip_vision_model", "siglip-tiny", "qwen2", "qwen2.5-tiny",
                  "tiny Qwen2 (Qwen2.5-Instruct stand-in, ChatML) + tiny SigLIP tower (no CLS token)"),
     )
 }
