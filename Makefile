@@ -20,7 +20,7 @@ demo: install
 	$(BIN)/braco demo --out outputs/demo
 
 # Tiny LLaVA, stage 1 + stage 2 for mlp2x_gelu and Braco, held-out answers, table + figure (CPU, a few minutes).
-# CI runs it with QUICKSTART_ARGS=--reduced.
+# CI runs it with QUICKSTART_ARGS=--reduced, then QUICKSTART_ARGS="--reduced --backbone qwen2-siglip" (Qwen2 + SigLIP).
 QUICKSTART_ARGS ?=
 quickstart: install
 	$(BIN)/python -m llava.quickstart --out outputs/quickstart $(QUICKSTART_ARGS)

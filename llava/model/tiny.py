@@ -396,6 +396,21 @@ TINY_LLM_CONFIG_KEYS: dict[str, Any] = {
 }
 
 
+#: Tiny tokenizer trainers by plain LLM ``model_type``: ``train(out_dir, texts=..., vocab_size=...) -> dir``.
+TINY_TOKENIZER_BUILDERS: dict[str, Any] = {
+    "llama": train_tiny_tokenizer,
+    "qwen2": train_tiny_qwen_tokenizer,
+    "mistral": train_tiny_tokenizer,  # Mistral-7B-Instruct uses LLaMA's sentencepiece layout
+}
+
+
+def train_tiny_tokenizer_for(llm: str, out_dir: PathLike, texts: Iterable[str] | None = None, vocab_size: int = 400) -> Path:
+    """Train the tokenizer that family ``llm`` (a key of :data:`TINY_TOKENIZER_BUILDERS`) uses; see its trainer."""
+    if llm not in TINY_TOKENIZER_BUILDERS:
+        raise ValueError(f"unknown tiny llm {llm!r}; expected one of {', '.join(TINY_TOKENIZER_BUILDERS)}")
+    return TINY_TOKENIZER_BUILDERS[llm](out_dir, texts=texts, vocab_size=vocab_size)
+
+
 def _check_llm(llm: str) -> None:
     if llm not in TINY_LLM_CONFIG_KEYS:
         raise ValueError(f"unknown tiny llm {llm!r}; expected one of {', '.join(TINY_LLM_CONFIG_KEYS)}")
@@ -545,7 +560,8 @@ def build_tiny_llava_checkpoint(
         tokenizer_dir: From :func:`train_tiny_tokenizer` (llama, mistral) or :func:`train_tiny_qwen_tokenizer`.
         projector_type: Any registered ``mm_projector_type``.
         model_type: The LLaVA model_type or one of its aliases; ``None``: the registered one for ``llm``.
-        extra_config: More config keys (e.g. a compressor plugin's settings); they override the defaults.
+        extra_config: More config keys (e.g. a compressor plugin's settings, or ``tie_word_embeddings``); they
+            override the defaults.
         seed: Seed for the random weights.
         hidden, layers, heads, intermediate, max_position: LLM dims.
         llm: ``"llama"`` (default), ``"qwen2"`` or ``"mistral"``.
@@ -557,7 +573,8 @@ def build_tiny_llava_checkpoint(
     keys = _llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position, llm)
     if llm == "qwen2":
         keys.update(_next_keys(tower_dir, max_position))
-    config = entry.config_class(**keys, **_multimodal_keys(tower_dir, projector_type, extra_config))
+    # extra_config may override LLM keys too (e.g. tie_word_embeddings False, as Qwen2.5-7B).
+    config = entry.config_class(**{**keys, **_multimodal_keys(tower_dir, projector_type, extra_config)})
     config.architectures = [entry.causal_lm_class.__name__]
     path = _prepare_dir(out_dir)
     with torch.random.fork_rng(devices=[]):
@@ -622,6 +639,7 @@ def build_tiny_projector_checkpoint(
 __all__ = [
     "QWEN_SPECIAL_TOKENS",
     "TINY_LLM_CONFIG_KEYS",
+    "TINY_TOKENIZER_BUILDERS",
     "TINY_TOWER_BUILDERS",
     "build_tiny_clip_tower",
     "build_tiny_llava_checkpoint",
@@ -632,4 +650,5 @@ __all__ = [
     "build_tiny_vision_tower",
     "train_tiny_qwen_tokenizer",
     "train_tiny_tokenizer",
+    "train_tiny_tokenizer_for",
 ]

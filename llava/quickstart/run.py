@@ -1,8 +1,11 @@
 """Run the quickstart: data, tiny models, two-stage training per projector, held-out answers, report.
 
 Every step goes through the code a user runs: ``llava.train.train`` with upstream's command-line flags (the
-paper's recipe: stage 1 ``--version plain --tune_mm_mlp_adapter True``, stage 2 ``--version v1`` from the
-stage-1 ``mm_projector.bin``), then ``llava.eval.model_vqa_loader`` on the saved checkpoint. Differences from
+paper's recipe: stage 1 ``--version plain --tune_mm_mlp_adapter True``, stage 2 ``--version`` the backbone's
+chat template from the stage-1 ``mm_projector.bin``), then ``llava.eval.model_vqa_loader`` on the saved
+checkpoint with that template as ``--conv-mode``. ``--backbone`` picks the tiny tower × LLM pair
+(:mod:`.backbones`: ``llama-clip``, the default, trains with ``vicuna_v1`` = upstream's ``v1``; ``qwen2-siglip``
+with ``qwen_1_5``). Differences from
 the paper's settings, because the models are tiny and start from random weights: learning rate 1e-3 in
 stage 2 (not 2e-5), several epochs, batch 16.
 
@@ -26,17 +29,16 @@ from pathlib import Path
 
 import torch
 
-from llava.conversation import conv_templates
+from llava.conversation import check_template_fits, conv_templates
 from llava.eval.compare import plot_pareto
 from llava.mm_utils import tokenizer_image_token
 from llava.utils import setup_logging
 
+from .backbones import BACKBONES, DEFAULT_BACKBONE, resolve_backbone
 from .report import RunResult, comparison, format_table, plot_results, prefill_flops, score_answers, write_results
 from .scenes import DatasetFiles, corpus, write_dataset
 
 logger = logging.getLogger(__name__)
-
-CONV_MODE = "vicuna_v1"
 
 #: Written into every output folder the quickstart creates; only such a folder's parts are ever replaced.
 MARKER = ".llava-quickstart"
@@ -80,6 +82,7 @@ class QuickstartConfig:
     """Sizes of one quickstart run (defaults: the full run, about 4 minutes on 2 CPU cores)."""
 
     projectors: tuple[str, ...] = DEFAULT_PROJECTORS
+    backbone: str = DEFAULT_BACKBONE
     budget: int = 9
     train_scenes: int = 2000
     test_questions: int = 300
@@ -108,36 +111,41 @@ class Models:
     tokenizer: Path
     tower: Path
     llm: Path
+    #: The backbone's chat template: stage 2's ``--version`` and the answers' ``--conv-mode``.
+    template: str
 
 
 def build_models(root: Path, config: QuickstartConfig) -> Models:
-    """Tokenizer trained on the quickstart's texts, a random CLIP-style tower and a random LLaMA."""
-    from llava.model.tiny import build_tiny_clip_tower, build_tiny_llm, train_tiny_tokenizer
+    """The backbone's tokenizer trained on the quickstart's texts, its random tower and its random LLM."""
+    from llava.model.tiny import build_tiny_llm, build_tiny_vision_tower, train_tiny_tokenizer_for
 
-    tokenizer = train_tiny_tokenizer(root / "tokenizer", texts=corpus(), vocab_size=config.vocab_size)
+    backbone = resolve_backbone(config.backbone)
+    tokenizer = train_tiny_tokenizer_for(
+        backbone.llm, root / "tokenizer", texts=corpus(backbone.template), vocab_size=config.vocab_size
+    )
     # One encoder layer: mm_vision_select_layer -2 then reads the patch embeddings (plus positions).
-    tower = build_tiny_clip_tower(
-        root / "clip-tiny", image_size=config.image_size, patch_size=config.patch_size, hidden=config.tower_hidden,
-        layers=1, heads=2, seed=config.seed,
+    tower = build_tiny_vision_tower(
+        backbone.tower_kind, root / backbone.tower_dir, image_size=config.image_size, patch_size=config.patch_size,
+        hidden=config.tower_hidden, layers=1, heads=2, seed=config.seed,
     )
     scale_position_embeddings(tower, config.position_scale)
     llm = build_tiny_llm(
-        root / "vicuna-tiny", tokenizer, hidden=config.llm_hidden, layers=config.llm_layers, heads=4,
-        intermediate=2 * config.llm_hidden, max_position=512, seed=config.seed,
+        root / backbone.llm_dir, tokenizer, hidden=config.llm_hidden, layers=config.llm_layers, heads=4,
+        intermediate=2 * config.llm_hidden, max_position=512, seed=config.seed, llm=backbone.llm,
     )
-    return Models(tokenizer, tower, llm)
+    return Models(tokenizer, tower, llm, backbone.template)
 
 
 def scale_position_embeddings(tower_dir: Path, factor: float) -> None:
-    """Multiply a saved CLIP tower's position embeddings by ``factor``.
+    """Multiply a saved tower's position embeddings (CLIP and SigLIP name them alike) by ``factor``.
 
     A random tower's position embeddings are tiny next to its patch embeddings (both start with std 0.02, but
-    a patch embedding sums 192 pixel terms), so its features barely say where a patch is; a trained CLIP's
+    a patch embedding sums 192 pixel terms), so its features barely say where a patch is; a trained tower's
     features do. Scaling them up gives the random stand-in that property.
     """
-    from transformers import CLIPVisionModel
+    from transformers import AutoModel
 
-    model = CLIPVisionModel.from_pretrained(str(tower_dir))
+    model = AutoModel.from_pretrained(str(tower_dir))
     with torch.no_grad():
         model.get_parameter("embeddings.position_embedding.weight").mul_(factor)
     model.save_pretrained(str(tower_dir))
@@ -164,32 +172,33 @@ def pretrain_flags(models: Models, data: DatasetFiles, projector: str, config: Q
 
 
 def finetune_flags(models: Models, data: DatasetFiles, projector: str, config: QuickstartConfig, output: Path, adapter: Path) -> list[str]:
-    """Stage 2: ``v1`` conversations, LLM + projector train, starting from the stage-1 projector."""
+    """Stage 2: conversations in the backbone's template, LLM + projector train, from the stage-1 projector."""
     return _common_flags(models, data, projector, config) + [
-        "--version", "v1", "--data_path", str(data.finetune), "--pretrain_mm_mlp_adapter", str(adapter),
+        "--version", models.template, "--data_path", str(data.finetune), "--pretrain_mm_mlp_adapter", str(adapter),
         "--image_aspect_ratio", "pad", "--group_by_modality_length", "True",
         "--num_train_epochs", str(config.finetune_epochs), "--learning_rate", str(config.finetune_lr), "--output_dir", str(output),
     ]
 
 
-def answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path) -> list[str]:
+def answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path, conv_mode: str) -> list[str]:
     return [
         "--model-path", str(checkpoint), "--question-file", str(data.questions), "--image-folder", str(data.images),
-        "--answers-file", str(answers), "--temperature", "0", "--conv-mode", CONV_MODE, "--max_new_tokens", "4",
+        "--answers-file", str(answers), "--temperature", "0", "--conv-mode", conv_mode, "--max_new_tokens", "4",
         "--batch-size", "16", "--device", "cpu", "--overwrite",
     ]
 
 
-def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path) -> int:
+def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path, conv_mode: str) -> int:
     """Mean number of text tokens in the held-out prompts (the image marker not counted)."""
     from transformers import AutoTokenizer
 
     from llava.eval.files import read_jsonl
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    check_template_fits(conv_mode, tokenizer)
     counts = []
     for record in read_jsonl(data.questions, what="question file"):
-        conv = conv_templates[CONV_MODE].copy()
+        conv = conv_templates[conv_mode].copy()
         conv.append_message(conv.roles[0], "<image>\n" + record["text"])
         conv.append_message(conv.roles[1], None)
         counts.append(len(tokenizer_image_token(conv.get_prompt(), tokenizer)) - 1)
@@ -212,7 +221,7 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
     train(argv=finetune_flags(models, data, projector, config, finetune_dir, pretrain_dir / "mm_projector.bin"))
     seconds["stage2"] = time.perf_counter() - started
     started = time.perf_counter()
-    model_vqa_loader.main(answer_flags(finetune_dir, data, answers))
+    model_vqa_loader.main(answer_flags(finetune_dir, data, answers, models.template))
     seconds["eval"] = time.perf_counter() - started
     flops = prefill_flops(finetune_dir, prompt_tokens)
     return RunResult(
@@ -229,6 +238,7 @@ def validate_config(config: QuickstartConfig) -> None:
     """
     from llava.model.multimodal_projector.builder import resolve_projector
 
+    resolve_backbone(config.backbone)
     if not config.projectors:
         raise ValueError(f"the quickstart needs at least one projector (e.g. --projectors {' '.join(DEFAULT_PROJECTORS)})")
     for projector in config.projectors:
@@ -284,11 +294,12 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
         turns_per_scene=config.turns_per_scene, image_size=config.image_size, seed=config.seed,
     )
     models = build_models(out / "models", config)
-    prompt_tokens = mean_prompt_tokens(data, models.tokenizer)
+    prompt_tokens = mean_prompt_tokens(data, models.tokenizer, models.template)
     setup_seconds = time.perf_counter() - started
     results = []
     for index, projector in enumerate(projectors, start=1):
-        logger.info("quickstart [%d/%d] %s: stage 1, stage 2, held-out answers", index, len(projectors), projector)
+        logger.info("quickstart [%d/%d] %s on %s: stage 1, stage 2, held-out answers", index, len(projectors), projector,
+                    config.backbone)
         try:
             results.append(run_projector(projector, models, data, config, out / "runs" / projector, prompt_tokens))
         except ValueError as exc:  # one sentence from the projector's factory or plugin, e.g. an impossible budget
@@ -299,6 +310,8 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     meta = {
         "config": asdict(config),
         "projectors": list(projectors),
+        "backbone": {"name": config.backbone, "description": resolve_backbone(config.backbone).description,
+                     "template": models.template},
         "skipped": skipped,
         "setup_seconds": setup_seconds,
         "total_seconds": time.perf_counter() - started,
@@ -313,6 +326,7 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
         plot_pareto(out / "pareto.png", comparison(results), xlabel="analytic prefill FLOPs per image")
     except ValueError as exc:  # e.g. no Acc. when vanilla scored 0 everywhere on a tiny run
         logger.warning("no pareto.png: %s", exc)
+    print(f"backbone {config.backbone}: {resolve_backbone(config.backbone).description}; template {models.template}\n")
     print(format_table(results, skipped))
     print(f"\ntotal wall time {meta['total_seconds']:.0f} s; results in {out / 'results.json'}, figures {out / 'quickstart.png'}, "
           f"{out / 'pareto.png'}")
@@ -326,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--projectors", nargs="+", default=None, metavar="TYPE",
                         help=f"mm_projector_type values to compare, or '{ALL}' ({VANILLA_PROJECTOR} and every registered "
                              f"compressor at --budget) (default: {' '.join(DEFAULT_PROJECTORS)})")
+    parser.add_argument("--backbone", choices=list(BACKBONES), default=DEFAULT_BACKBONE,
+                        help="tiny vision tower × LLM pair: " + "; ".join(f"{b.name}: {b.description}" for b in BACKBONES.values())
+                             + " (default %(default)s)")
     parser.add_argument("--budget", type=int, default=QuickstartConfig.budget,
                         help="visual tokens per image for --projectors all (default %(default)s)")
     return parser
@@ -337,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     config = REDUCED if args.reduced else QuickstartConfig()
     if args.budget < 1:
         raise ValueError(f"--budget must be a positive number of visual tokens, got {args.budget}")
-    config = replace(config, budget=args.budget)
+    config = replace(config, budget=args.budget, backbone=args.backbone)
     if args.projectors:
         config = replace(config, projectors=tuple(args.projectors))
     return run_quickstart(args.out, config)

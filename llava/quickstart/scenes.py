@@ -127,10 +127,17 @@ def scene_questions(scene: Scene, rng: random.Random) -> list[Question]:
     return questions
 
 
-def corpus() -> list[str]:
-    """Sentences covering every word the quickstart's prompts and answers use (for the tiny tokenizer)."""
+def corpus(conv_mode: str = "vicuna_v1") -> list[str]:
+    """Sentences covering every word the quickstart's prompts and answers use (for the tiny tokenizer).
+
+    ``conv_mode``'s system prompt is included, without the special tokens a tokenizer adds on its own (ChatML's
+    ``<|im_start|>``, ``<|im_end|>``), so that they never become learned pieces.
+    """
     rng = random.Random(0)
-    texts = [conv_templates["vicuna_v1"].system, "Describe the image."]
+    system = conv_templates[conv_mode].system
+    for token in conv_templates[conv_mode].required_tokens:
+        system = system.replace(token, " ")
+    texts = [system, "Describe the image."]
     for _ in range(200):
         scene = random_scene(rng)
         texts.append(scene.caption())
