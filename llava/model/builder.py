@@ -99,7 +99,10 @@ def load_pretrained_model(
         check_model_path(model_base, "--model-base")
     load_kwargs = dict(kwargs)
     allow_missing_weights = bool(load_kwargs.pop("allow_missing_weights", False))
-    load_kwargs["device_map"] = device_map if device == "cuda" else {"": device}
+    if "use_flash_attention_2" in load_kwargs:  # transformers 4's keyword, gone in 5
+        load_kwargs.pop("use_flash_attention_2")
+        logger.warning("ignoring use_flash_attention_2 (a transformers 4 keyword); pass use_flash_attn=True instead")
+    load_kwargs["device_map"], device = resolve_placement(device_map, device)
     load_kwargs.update(_precision_kwargs(load_8bit, load_4bit, device, load_kwargs))
     if use_flash_attn:
         load_kwargs["attn_implementation"] = "flash_attention_2"
@@ -121,6 +124,23 @@ def load_pretrained_model(
 
 
 # ---------------------------------------------------------------------------------------------- options
+
+
+def resolve_placement(device_map: Any, device: str) -> tuple[Any, str]:
+    """``(device_map for from_pretrained, the device the vision tower goes to)`` from upstream's two arguments.
+
+    As upstream, a ``device`` other than ``"cuda"`` maps the whole model to it. With ``device="cuda"`` (the
+    default) the ``device_map`` decides: ``"auto"`` spreads the LLM over the GPUs (the tower is placed by its
+    own ``"auto"`` load); a single device (``"cpu"``, ``"cuda:1"``, ``{"": "cuda:1"}``) takes the LLM and the
+    tower alike, so ``device_map="cpu"`` works on a machine without CUDA.
+    """
+    if device != "cuda":
+        return {"": device}, device
+    single = device_map.get("") if isinstance(device_map, dict) and set(device_map) == {""} else device_map
+    if isinstance(single, (str, torch.device, int)) and str(single) != "auto":
+        target = f"cuda:{single}" if isinstance(single, int) else str(single)
+        return {"": target}, target
+    return device_map, device
 
 
 def _precision_kwargs(load_8bit: bool, load_4bit: bool, device: str, kwargs: dict[str, Any]) -> dict[str, Any]:

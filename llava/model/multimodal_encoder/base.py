@@ -26,6 +26,12 @@ import torch.nn as nn
 
 logger = logging.getLogger(__name__)
 
+
+def _loading_keys(info: Any, field: str) -> set[str]:
+    """A key set of ``from_pretrained(..., output_loading_info=True)``'s report (a dict or an object)."""
+    value = info.get(field) if isinstance(info, dict) else getattr(info, field, None)
+    return set(value or ())
+
 SELECT_FEATURES = ("patch", "cls_patch")
 
 
@@ -147,12 +153,44 @@ class BaseVisionTower(nn.Module):
         if self.is_loaded:
             logger.info("vision tower %s is already loaded; not loading it again", self.vision_tower_name)
             return
-        self.vision_tower = self._from_name(
-            self.model_class.from_pretrained, device_map=device_map, dtype=torch.float32, **self.model_overrides
-        )
+        self.vision_tower = self._load_vision_model(device_map)
         self.vision_tower.requires_grad_(False)
         self.is_loaded = True
         self.image_processor = self._load_processor()
+
+    def _load_vision_model(self, device_map: Any) -> nn.Module:
+        """The vision model, with transformers' per-key load report folded into one log line.
+
+        Released towers are whole ``CLIPModel`` / ``SiglipModel`` checkpoints: loading their vision half leaves
+        the text model (and SigLIP's unused pooling head) as "unexpected" weights, which transformers lists
+        one per line. Those are expected here; weights of the vision model itself that are missing are not
+        (they would stay random), and are an error naming them.
+
+        Raises:
+            ValueError: If the checkpoint lacks weights of the vision model.
+        """
+        report_logger = logging.getLogger("transformers.modeling_utils")
+        level = report_logger.level
+        report_logger.setLevel(logging.ERROR)
+        try:
+            model, info = self._from_name(
+                self.model_class.from_pretrained, device_map=device_map, dtype=torch.float32,
+                output_loading_info=True, **self.model_overrides,
+            )
+        finally:
+            report_logger.setLevel(level)
+        missing = sorted(_loading_keys(info, "missing_keys"))
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise ValueError(
+                f"vision tower {self.vision_tower_name!r} lacks {len(missing)} weights of its vision model ({shown}); "
+                "point mm_vision_tower at a complete tower checkpoint"
+            )
+        unused = _loading_keys(info, "unexpected_keys")
+        if unused:
+            parts = sorted({key.split(".")[0] for key in unused})
+            logger.info("vision tower %s: %d weights of other parts not used (%s)", self.vision_tower_name, len(unused), ", ".join(parts))
+        return model
 
     def _load_processor(self) -> Any:
         name = self.vision_tower_name
