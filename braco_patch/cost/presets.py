@@ -306,9 +306,11 @@ def _projector_depth(projector_type: str | None) -> int:
         return 1
     match = re.fullmatch(OFFICIAL_PATTERN, projector_type) or re.fullmatch(r"mlp(\d+)x_gelu", projector_type)
     if match is None:
-        raise ValueError(
-            f"unsupported mm_projector_type {projector_type!r}; expected linear, mlp<N>x_gelu, fourier_mlp<N>x_gelu or braco_*"
-        )
+        from llava.model.multimodal_projector.builder import resolve_projector
+
+        resolve_projector(projector_type)  # not registered: one sentence listing the registered types
+        # Another compressor plugin's type: its module_flops tool counts its own projector; mlp2x_gelu is the reference.
+        return 2
     return int(match.group(1))
 
 

@@ -461,7 +461,7 @@ class LlavaMetaForCausalLM(ABC):
                     f"attention, which {type(tower).__name__} does not provide (it has no encode method)"
                 )
             select_layer = getattr(self.config, "mm_vision_select_layer", -2)
-            attention_layer = select_layer if needs.attention else None
+            attention_layer = attention_layer_for(select_layer, tower.config.num_hidden_layers) if needs.attention else None
             out = tower.encode(images, layers=tuple(needs.tower_layers), attention_layer=attention_layer)
             inputs.features = _to_projector(out.features, projector)
             inputs.layers = {index: _to_projector(value, projector) for index, value in (out.layers or {}).items()}
@@ -806,6 +806,16 @@ def _to_projector(tensor: torch.Tensor, projector: nn.Module) -> torch.Tensor:
     """``tensor`` on the projector's device and in its dtype (unchanged for a projector without parameters)."""
     weight = next(projector.parameters(), None)
     return tensor if weight is None else tensor.to(device=weight.device, dtype=weight.dtype)
+
+
+def attention_layer_for(select_layer: int, num_layers: int) -> int:
+    """The encoder layer whose attention goes with ``hidden_states[select_layer]`` (1-based, as ``tower.encode``).
+
+    That is the layer that produced those features (``-2`` on a 24-layer tower: layer 23). The embedding output
+    (index 0, e.g. ``-2`` on a one-layer tower) has no attention of its own; the first layer, which attends over
+    exactly those tokens, stands in for it.
+    """
+    return select_layer % (num_layers + 1) or 1
 
 
 def _grid_shape(tower: Any) -> tuple[int, int]:

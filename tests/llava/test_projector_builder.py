@@ -155,3 +155,14 @@ def test_installed_plugins_register_through_their_entry_points():
     list_projectors()
     names = {plugin.name for plugin in list_plugins()}
     assert names >= {"braco", "prumerge", "divprune", "mqt", "quecc", "tokenpacker", "fouriervlm"}
+
+
+@pytest.mark.parametrize("select_layer, num_layers, expected", [
+    (-2, 24, 23),  # LLaVA-1.5: the penultimate layer's output comes with the penultimate layer's attention
+    (-1, 24, 24), (5, 24, 5), (-2, 1, 1),  # a one-layer tower's -2 is the embedding output: the first layer reads it
+    (0, 4, 1), (-5, 4, 1),
+])
+def test_attention_goes_with_the_layer_that_made_the_features(select_layer, num_layers, expected):
+    from llava.model.llava_arch import attention_layer_for
+
+    assert attention_layer_for(select_layer, num_layers) == expected
