@@ -27,6 +27,11 @@ import torch.nn as nn
 logger = logging.getLogger(__name__)
 
 
+#: Parts of a vision model that LLaVA never reads (features come from ``hidden_states``): missing weights there
+#: are harmless, e.g. a ViT saved without its pooler.
+UNUSED_PARTS = frozenset({"pooler", "head", "post_layernorm"})
+
+
 def _loading_keys(info: Any, field: str) -> set[str]:
     """A key set of ``from_pretrained(..., output_loading_info=True)``'s report (a dict or an object)."""
     value = info.get(field) if isinstance(info, dict) else getattr(info, field, None)
@@ -179,7 +184,7 @@ class BaseVisionTower(nn.Module):
             )
         finally:
             report_logger.setLevel(level)
-        missing = sorted(_loading_keys(info, "missing_keys"))
+        missing = sorted(key for key in _loading_keys(info, "missing_keys") if not UNUSED_PARTS & set(key.split(".")))
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise ValueError(
