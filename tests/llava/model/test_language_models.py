@@ -18,6 +18,7 @@ from llava.model.tiny import (
     build_tiny_llava_checkpoint,
     build_tiny_llm,
     build_tiny_projector_checkpoint,
+    build_tiny_siglip2_tower,
     build_tiny_siglip_tower,
 )
 
@@ -29,16 +30,16 @@ LLMS = {
     "qwen2": ("llava_qwen", "LlavaQwenForCausalLM", "qwen_1_5"),
     "mistral": ("llava_mistral", "LlavaMistralForCausalLM", "mistral_instruct"),
 }
-SIGLIP_GRID = 9  # 54 px / 6 px patches, an odd "27x27-style" grid with no CLS token
+#: Patch grid side of each tiny tower: CLIP 6x6 + CLS, SigLIP 54 px / 6 px = 9x9 (an odd "27x27-style" grid, no CLS),
+#: SigLIP2-style 64 px / 8 px = 8x8 (an even "32x32-style" grid, no CLS).
+TOWER_GRIDS = {"clip": GRID, "siglip": 9, "siglip2": 8}
 
-#: (llm, tower, projector, visual tokens per image K)
+#: (llm, tower, projector, visual tokens per image K): every tower x LLM pair, uncompressed and with a Braco budget.
 PAIRS = [
-    pytest.param(llm, "clip", projector, tokens, id=f"{llm}-clip-{projector}", marks=marks)
+    pytest.param(llm, tower, projector, tokens, id=f"{llm}-{tower}-{projector}", marks=marks)
     for llm in LLMS
-    for projector, tokens, marks in (("mlp2x_gelu", GRID * GRID, ()), ("braco_c2s5", 4 + 5, BRACO))
-] + [
-    pytest.param("qwen2", "siglip", "mlp2x_gelu", SIGLIP_GRID**2, id="qwen2-siglip-mlp2x_gelu"),
-    pytest.param("qwen2", "siglip", "braco_c2s5", 4 + 5, id="qwen2-siglip-braco_c2s5", marks=BRACO),
+    for tower, grid in TOWER_GRIDS.items()
+    for projector, tokens, marks in (("mlp2x_gelu", grid * grid, ()), ("braco_c2s5", 4 + 5, BRACO))
 ]
 
 
@@ -49,7 +50,11 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def towers(root, tiny_tower_dir) -> dict[str, Path]:
-    return {"clip": tiny_tower_dir, "siglip": build_tiny_siglip_tower(root / "siglip", image_size=54, patch_size=6)}
+    return {
+        "clip": tiny_tower_dir,
+        "siglip": build_tiny_siglip_tower(root / "siglip", image_size=54, patch_size=6),
+        "siglip2": build_tiny_siglip2_tower(root / "siglip2"),
+    }
 
 
 @pytest.fixture(scope="module")
