@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -43,14 +43,18 @@ def build_projector(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.M
     return build_vision_projector(config), config
 
 
-def _build_or_skip(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.Module, Any] | None:
-    """:func:`build_projector`, or ``None`` (logged with the factory's sentence) when the type cannot be built from
-    what the spec knows, e.g. a method that reads the tower's depth from a config naming no ``mm_vision_tower``."""
-    try:
-        return build_projector(spec, projector_type)
-    except ValueError as exc:
-        logger.warning("not measured: %s: %s", projector_type, exc)
-        return None
+def _built(spec: PipelineSpec, types: Sequence[str], opts: MeasureOptions) -> Iterator[tuple[str, torch.nn.Module, Any]]:
+    """``(type, projector in eval mode on the device, its config)`` for each type, seeded alike; a type that cannot
+    be built from what the spec knows (e.g. a method that reads the tower's depth from a config naming no
+    ``mm_vision_tower``) is left out, logged with the factory's sentence."""
+    for name in types:
+        torch.manual_seed(0)
+        try:
+            projector, config = build_projector(spec, name)
+        except ValueError as exc:
+            logger.warning("not measured: %s: %s", name, exc)
+            continue
+        yield name, projector.to(opts.device, opts.dtype).eval(), config
 
 
 def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_tokens: int, device, dtype) -> tuple[torch.Tensor, Any]:
@@ -81,13 +85,7 @@ def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting
     """One row per (batch size, projector type): latency, peak memory, profiler FLOPs next to the analytic post figure."""
     rows = []
     for batch in opts.batch_sizes:
-        for name in types:
-            torch.manual_seed(0)
-            built = _build_or_skip(spec, name)
-            if built is None:
-                continue
-            projector, config = built
-            projector = projector.to(opts.device, opts.dtype).eval()
+        for name, projector, config in _built(spec, types, opts):
             features, inputs = compressor_inputs(spec, config, batch, setting.prompt_tokens, opts.device, opts.dtype)
             cost = module_cost(name, setting, config)
             prompt_pass = inputs is not None and inputs.prompt is not None
@@ -132,13 +130,7 @@ def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, s
     inp = spec.inputs[0]
     rows = []
     for batch in opts.batch_sizes:
-        for name in types:
-            torch.manual_seed(0)
-            built = _build_or_skip(spec, name)
-            if built is None:
-                continue
-            projector, config = built
-            projector = projector.to(opts.device, opts.dtype).eval()
+        for name, projector, config in _built(spec, types, opts):
             _, probe = compressor_inputs(spec, config, 1, setting.prompt_tokens, opts.device, opts.dtype)
             if probe is not None:
                 projector = WithInputs(projector, lambda b, c=config: compressor_inputs(spec, c, b, setting.prompt_tokens, opts.device, opts.dtype)[1])
