@@ -180,7 +180,8 @@ def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
 
     Each prompt runs on its own (``[1, L_i, hidden]``, no padding), so an image's tokens never depend on the
     batch. The pass carries no gradient into the LLM (the text projection after it trains). Without a prompt
-    (``encode_images`` called on its own, e.g. the demo's token count) the state is zero.
+    (``encode_images`` called on its own, e.g. the demo's token count) the state is zero, and so is an image's
+    whose prompt has no text token (a stage-1 ``plain`` sample on a tokenizer that adds no BOS, e.g. Qwen2's).
     """
     width = int(features.shape[0])
     prompts = inputs.prompt
@@ -189,8 +190,9 @@ def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
     states = []
     with torch.no_grad():
         for embeds in prompts:
-            if embeds.shape[0] == 0:
-                raise ValueError("QueCC needs a non-empty prompt for every image; got an image whose prompt has no text tokens")
+            if embeds.shape[0] == 0:  # no question: stage-1 'plain' samples keep only the image (no BOS in Qwen2)
+                states.append(embeds.new_zeros(embeds.shape[-1]))
+                continue
             states.append(inputs.run_language_model(embeds.unsqueeze(0))[0, -1])
     return torch.stack(states).to(device=features.device, dtype=features.dtype)
 

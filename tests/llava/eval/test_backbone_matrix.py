@@ -1,4 +1,5 @@
-"""Every vision tower × language model pair, uncompressed and with a Braco budget, end to end (issue 12):
+"""Every vision tower × language model pair, uncompressed and with a Braco budget (and the six baselines on the
+Qwen2 and Mistral models), end to end (issues 12 and 13):
 both training stages through ``llava/train/train.py`` with upstream flags, then ``model_vqa_loader`` answers
 (batch 3 as batch 1) and the model worker serves the trained checkpoint.
 
@@ -30,6 +31,10 @@ from .conftest import BenchData, write_vqa_questions
 LLMS = {"llama": ("v1", "llava_llama"), "qwen2": ("qwen_1_5", "llava_qwen"), "mistral": ("mistral_instruct", "llava_mistral")}
 TOWERS = ("clip", "siglip", "siglip2")
 PAIRS = [(llm, tower, projector) for llm in LLMS for tower in TOWERS for projector in ("mlp2x_gelu", "braco_c2s5")]
+#: The six baselines on the non-LLaMA language models (9 tokens fit both the 9x9 SigLIP and the 6x6 CLIP grid).
+BASELINES_K9 = ("prumerge_k9", "divprune_k9", "mqt_k9", "quecc_k9", "tokenpacker_k9", "fouriervlm_k9")
+PAIRS += [("qwen2", "siglip", projector) for projector in BASELINES_K9]
+PAIRS += [("mistral", "clip", projector) for projector in BASELINES_K9]
 
 
 @pytest.fixture(scope="module")
