@@ -59,6 +59,8 @@ def run_side(side: str, python: str, checkpoint: str, runs: int, new_tokens: int
             "--new-tokens", str(new_tokens), "--threads", str(threads)]
     cwd = tempfile.gettempdir() if side == "upstream" else str(Path(__file__).resolve().parents[1])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if side == "ours":  # this checkout's llava, not whichever one the interpreter has installed
+        env["PYTHONPATH"] = cwd
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

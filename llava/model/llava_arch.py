@@ -31,6 +31,7 @@ from llava.constants import (
 from llava.mm_utils import anyres_max_views, get_anyres_image_grid_shape, is_anyres
 from llava.visual_tokens import PATCH_MERGE_TYPES, anyres_max_shape, anyres_view_count, visual_token_count
 
+from .greedy import greedy_decode, greedy_plan
 from .multimodal_encoder.builder import build_vision_tower
 from .multimodal_encoder.clip_encoder import CLIPVisionTower
 from .multimodal_projector.builder import build_vision_projector
@@ -380,7 +381,11 @@ class LlavaMetaForCausalLM(ABC):
         """Generate from prompts with images; returns only the new tokens, ``[B, new_tokens]``.
 
         The images are spliced into ``inputs_embeds`` and only those go to transformers' ``generate``, so the
-        prompt is not echoed (upstream's behaviour).
+        prompt is not echoed (upstream's behaviour). Plain greedy decoding (no sampling, one beam, no
+        processors other than ``min_new_tokens``, no stopping criteria or streamer; see
+        :func:`llava.model.greedy.greedy_plan`) runs as a short loop instead
+        (:func:`llava.model.greedy.greedy_decode`: the same tokens without transformers' per-call and per-token
+        bookkeeping, which cost a quarter of a small model's batch-1 answer).
 
         Args:
             inputs: ``[B, L]`` prompt ids with ``IMAGE_TOKEN_INDEX`` markers; a batch must be left-padded and
@@ -408,11 +413,35 @@ class LlavaMetaForCausalLM(ABC):
                     "were given; pass images= or remove '<image>' from the prompt"
                 )
             inputs_embeds = self.get_model().embed_tokens(inputs)
+        plan = greedy_plan(self.generation_config, kwargs)
+        if plan is not None:
+            return greedy_decode(self._last_logits, inputs_embeds, attention_mask, position_ids, plan)
         if position_ids is not None:
             kwargs["position_ids"] = position_ids
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
         return super().generate(inputs_embeds=inputs_embeds, **kwargs)
+
+    def _last_logits(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Any = None,
+    ) -> tuple[torch.Tensor, Any]:
+        """One cached forward for :func:`~llava.model.greedy.greedy_decode`: ``(logits [B, vocab] at the last
+        position, past_key_values)``.
+
+        The same computation as ``forward(..., logits_to_keep=1)`` on text (the base model, then ``lm_head``,
+        as ``__init__`` builds them), without the causal-LM wrapper and its output object, which cost a fifth of
+        a decoding step for a small model.
+        """
+        out = self.get_model()(
+            input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+            position_ids=position_ids, past_key_values=past_key_values, use_cache=True,
+        )
+        return self.lm_head(out.last_hidden_state[:, -1]), out.past_key_values
 
     def get_vision_tower(self) -> CLIPVisionTower | None:
         return self.get_model().get_vision_tower()
