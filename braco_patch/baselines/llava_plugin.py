@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from llava.model.multimodal_projector.builder import mlp_projector
+from llava.model.multimodal_projector.builder import mlp_projector, resolve_projector
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
 
 from ._common import multi_level_layers, region_scale
@@ -374,13 +374,11 @@ def _view(kind: str):
 # ---------------------------------------------------------------------------------------------- cost tools
 
 
-def _cost_tools(method: str, patterns: tuple[str, ...], names: tuple[str, ...], *, square: bool = False) -> dict[str, Any]:
+def _cost_tools(method: str, names: tuple[str, ...], *, square: bool = False) -> dict[str, Any]:
     """The ``module_flops`` and ``projectors_at_budget`` tools of one method (``braco cost``, ``--projectors all``).
 
     Args:
         method: A key of :data:`braco_patch.baselines.cost.MODULE_FLOPS`.
-        patterns: The method's projector-type patterns; the last group of a match is its K (MQT's ``_q{Q}``
-            names read K from ``mm_mqt_num_tokens``, default Q).
         names: Projector-type templates offered for a budget, e.g. ``("divprune_k{k}",)``.
         square: The method gives only square numbers of tokens (a C×C grid of regions or frequencies).
     """
@@ -389,9 +387,7 @@ def _cost_tools(method: str, patterns: tuple[str, ...], names: tuple[str, ...], 
         from braco_patch.cost.baselines import baseline_module_flops
 
         name = str(config.mm_projector_type)
-        match = next((m for m in (re.fullmatch(pattern, name) for pattern in patterns) if m is not None), None)
-        if match is None:
-            raise ValueError(f"{name!r} is not a {method} projector type")
+        _, match = resolve_projector(name)  # the registered pattern's last group is K (MQT: mm_mqt_num_tokens first)
         budget = getattr(config, "mm_mqt_num_tokens", None) if method == "mqt" else None
         budget = budget or _budget(match)
         if budget is None:
@@ -430,7 +426,7 @@ PLUGINS = (
         needs=ModelNeeds(attention=True),
         boundary=PruMerge.boundary,
         view=_view("prumerge"),
-        tools=_cost_tools("prumerge", (r"prumerge(?:_k(\d+))?", r"prumerge_plus(?:_k(\d+))?"), ("prumerge_k{k}", "prumerge_plus_k{k}")),
+        tools=_cost_tools("prumerge", ("prumerge_k{k}", "prumerge_plus_k{k}")),
     )),
     register_plugin(CompressorPlugin(
         name="divprune",
@@ -439,7 +435,7 @@ PLUGINS = (
         needs=ModelNeeds(),
         boundary=DivPrune.boundary,
         view=_view("divprune"),
-        tools=_cost_tools("divprune", (r"divprune" + _K,), ("divprune_k{k}",)),
+        tools=_cost_tools("divprune", ("divprune_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="mqt",
@@ -459,7 +455,7 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=MQTAbstractor.boundary,
         view=_view("mqt"),
-        tools=_cost_tools("mqt", (r"mqt" + _K, r"mqt_q(\d+)"), ("mqt_k{k}",)),
+        tools=_cost_tools("mqt", ("mqt_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="quecc",
@@ -472,7 +468,7 @@ PLUGINS = (
         needs=_quecc_needs,
         boundary=QueCC.boundary,
         view=_view("regions"),
-        tools=_cost_tools("quecc", (r"quecc" + _K,), ("quecc_k{k}",), square=True),
+        tools=_cost_tools("quecc", ("quecc_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="tokenpacker",
@@ -485,7 +481,7 @@ PLUGINS = (
         needs=_tokenpacker_needs,
         boundary=TokenPacker.boundary,
         view=_view("regions"),
-        tools=_cost_tools("tokenpacker", (r"tokenpacker" + _K,), ("tokenpacker_k{k}",), square=True),
+        tools=_cost_tools("tokenpacker", ("tokenpacker_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="fouriervlm",
@@ -495,6 +491,6 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=FourierVLM.boundary,
         view=_view("fouriervlm"),
-        tools=_cost_tools("fourier_vlm", (r"fouriervlm" + _K,), ("fouriervlm_k{k}",), square=True),
+        tools=_cost_tools("fourier_vlm", ("fouriervlm_k{k}",), square=True),
     )),
 )
