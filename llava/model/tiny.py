@@ -341,9 +341,9 @@ def build_tiny_vision_tower(kind: str, out_dir: PathLike, **kwargs: Any) -> Path
 
 
 def _load_tokenizer(tokenizer_dir: PathLike) -> Any:
-    from transformers import AutoTokenizer
+    from llava.model.tokenizer_loading import load_tokenizer  # works under any protobuf version
 
-    return AutoTokenizer.from_pretrained(os.fspath(tokenizer_dir))
+    return load_tokenizer(os.fspath(tokenizer_dir))
 
 
 def _copy_tokenizer(tokenizer_dir: PathLike, out_dir: Path) -> None:

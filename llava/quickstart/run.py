@@ -190,11 +190,10 @@ def answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path, conv_mode:
 
 def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path, conv_mode: str) -> int:
     """Mean number of text tokens in the held-out prompts (the image marker not counted)."""
-    from transformers import AutoTokenizer
-
     from llava.eval.files import read_jsonl
+    from llava.model.tokenizer_loading import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tokenizer = load_tokenizer(str(tokenizer_dir))
     check_template_fits(conv_mode, tokenizer)
     counts = []
     for record in read_jsonl(data.questions, what="question file"):
