@@ -14,7 +14,7 @@ Usage (upstream's flags)::
 
 Environment: ``OPENAI_API_KEY`` (required unless the endpoint needs no key), ``OPENAI_BASE_URL`` (default
 ``https://api.openai.com/v1``; ``/chat/completions`` is appended), ``LLAVA_JUDGE_MODEL`` (default
-``gpt-4-0314``, upstream's judge; ``--judge-model`` overrides it).
+``gpt-4-0314``, upstream's judge; ``--judge-model`` overrides it); see :mod:`llava.eval.judge`.
 
 Per question (matched by ``question_id`` in both answer files; the first is the reference, usually GPT-4's
 answers) the judge gets the image's context (its ``caption`` lines), the question, both answers and the
@@ -35,91 +35,21 @@ import hashlib
 import json
 import logging
 import os
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from llava.eval.files import check_outputs, read_json, read_jsonl
+from llava.eval.judge import JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
-BASE_URL_ENV, KEY_ENV, MODEL_ENV = "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLAVA_JUDGE_MODEL"
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_JUDGE = "gpt-4-0314"
 SYSTEM_MESSAGE = "You are a helpful and precise assistant for checking the quality of the answer."
 TEMPERATURE = 0.2
 RULE_FILE = Path(__file__).with_name("table") / "rule.json"
-# HTTP answers worth another try: rate limits and server-side trouble.
-_RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
-
-
-class JudgeClient:
-    """Calls an OpenAI-compatible ``/chat/completions`` endpoint, retrying transient failures.
-
-    Args:
-        base_url: Endpoint root, e.g. ``https://api.openai.com/v1``.
-        api_key: Bearer token (``None``: no Authorization header).
-        model: Judge model name.
-        max_retries: Extra attempts after a transient failure.
-        pause: First pause between attempts in seconds (doubled each time, at most 60 s).
-        timeout: Seconds to wait for one reply.
-    """
-
-    def __init__(self, base_url: str, api_key: str | None, model: str, *, max_retries: int = 6,
-                 pause: float = 1.0, timeout: float = 120.0, sleep: Callable[[float], None] = time.sleep) -> None:
-        if max_retries < 0:
-            raise UserError(f"--max-retries must be at least 0, got {max_retries}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.api_key, self.model = api_key, model
-        self.max_retries, self.pause, self.timeout, self.sleep = max_retries, pause, timeout, sleep
-
-    def _request(self, content: str, max_tokens: int) -> urllib.request.Request:
-        body = {
-            "model": self.model,
-            "messages": [{"role": "system", "content": SYSTEM_MESSAGE}, {"role": "user", "content": content}],
-            "temperature": TEMPERATURE,
-            "max_tokens": max_tokens,
-        }
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-
-    def review(self, content: str, max_tokens: int) -> str:
-        """The judge's reply text.
-
-        Raises:
-            UserError: When the endpoint refuses the request, or still fails after ``max_retries`` retries.
-        """
-        wait = self.pause
-        for attempt in range(self.max_retries + 1):
-            try:
-                with urllib.request.urlopen(self._request(content, max_tokens), timeout=self.timeout) as response:
-                    return _reply_text(json.loads(response.read()), self.url)
-            except urllib.error.HTTPError as error:
-                if error.code not in _RETRYABLE:
-                    detail = error.read()[:300].decode("utf-8", "replace")
-                    raise UserError(f"the judge at {self.url} refused the request: HTTP {error.code} {detail}") from None
-                problem = f"HTTP {error.code}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as error:
-                problem = f"{type(error).__name__}: {getattr(error, 'reason', error)}"
-            if attempt < self.max_retries:
-                logger.warning("judge call failed (%s); retrying in %.1f s", problem, wait)
-                self.sleep(wait)
-                wait = min(wait * 2, 60.0)
-        raise UserError(f"the judge at {self.url} still fails after {self.max_retries} retries ({problem}); run again to resume")
-
-
-def _reply_text(payload: Any, url: str) -> str:
-    try:
-        return str(payload["choices"][0]["message"]["content"])
-    except (KeyError, IndexError, TypeError):
-        raise ValueError(f"the judge at {url} sent a reply without choices[0].message.content") from None
 
 
 def parse_score(review: str) -> list[float]:
@@ -219,7 +149,9 @@ def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str,
                 if qid not in answers:
                     raise UserError(f"question {qid!r} has no answer in {path!r}")
                 pair.append(answers[qid])
-            content = client.review(review_prompt(question, contexts[question["image"]], pair, rules[category]), args.max_tokens)
+            messages = [{"role": "system", "content": SYSTEM_MESSAGE},
+                        {"role": "user", "content": review_prompt(question, contexts[question["image"]], pair, rules[category])}]
+            content = client.chat(messages, max_tokens=args.max_tokens, temperature=TEMPERATURE).text
             record = {
                 "id": index + 1, "question_id": qid,
                 "answer1_id": pair[0].get("answer_id", qid), "answer2_id": pair[1].get("answer_id", qid),
@@ -240,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-r", "--rule", default=str(RULE_FILE), help="rule table (default: the one shipped with llava)")
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--max-tokens", type=int, default=1024, help="longest review the judge may write")
-    parser.add_argument("--judge-model", default=None, help=f"default: ${MODEL_ENV} or {DEFAULT_JUDGE}")
+    parser.add_argument("--judge-model", default=None, help=f"default: $LLAVA_JUDGE_MODEL or {DEFAULT_JUDGE}")
     parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
     parser.add_argument("--overwrite", action="store_true", help="review everything again instead of resuming")
     return parser
@@ -249,12 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
     setup_logging()
-    base_url = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
-    api_key = os.environ.get(KEY_ENV) or None
-    if api_key is None and base_url == DEFAULT_BASE_URL:
-        raise UserError(f"set {KEY_ENV} to the judge's API key (and {BASE_URL_ENV} for another OpenAI-compatible endpoint)")
-    model = args.judge_model or os.environ.get(MODEL_ENV) or DEFAULT_JUDGE
-    return run_reviews(args, JudgeClient(base_url, api_key, model, max_retries=args.max_retries))
+    return run_reviews(args, judge_from_env(args.judge_model, DEFAULT_JUDGE, max_retries=args.max_retries))
 
 
 __all__ = ["JudgeClient", "build_parser", "main", "parse_score", "review_prompt", "run_reviews"]

@@ -16,7 +16,7 @@ Usage::
       pope.json         python -m llava.eval.eval_pope ...        F1 x100, mean over the 3 splits
       sqa.json          python -m llava.eval.eval_science_qa ...  IMG-Accuracy (%)
       textvqa.json      python -m llava.eval.eval_textvqa ...     accuracy (%)
-      mmvet.json        written by hand from the MM-Vet grader's total: {"score": 32.8}
+      mmvet.json        python -m llava.eval.eval_mmvet ... --output-json   MM-Vet total (GPT judge)
 
 Each file is an object with at least ``"score"`` (other fields are kept as details). Benchmarks without a
 file are shown as missing. Instead of a folder, ``RESULTS_DIR`` (and ``--baseline``) may be one JSON file

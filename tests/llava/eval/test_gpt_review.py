@@ -4,8 +4,6 @@ table, retries, resuming, and the scores that summarize_gpt_review reads."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
@@ -14,6 +12,7 @@ import pytest
 from llava.eval import eval_gpt_review_bench as review
 from llava.eval import summarize_gpt_review
 
+from .fake_judge import FakeJudge, serving
 from .test_scorers import write_jsonl
 
 QUESTIONS = [
@@ -25,54 +24,17 @@ CONTEXT = [{"id": "a", "image": "a.jpg", "caption": ["A cup on a table.", "A red
            {"id": "b", "image": "b.jpg", "caption": ["A man runs after a bus."]}]
 
 
-class FakeJudge:
-    """Scores 9 for the reference and len(model answer) for the model; fails as told first."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        self.failures: list[int] = []  # HTTP codes to answer with before the next success
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.headers.append(dict(self.headers))
-                if outer.failures:
-                    code = outer.failures.pop(0)
-                    self.send_response(code)
-                    self.end_headers()
-                    self.wfile.write(b'{"error": "try later"}')
-                    return
-                outer.requests.append(body)
-                user = body["messages"][1]["content"]
-                model_answer = user.split("[Assistant 2]\n")[1].split("\n\n[End of Assistant 2]")[0]
-                reply = {"choices": [{"message": {"role": "assistant", "content": f"9 {len(model_answer)}\nBecause."}}]}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+def _score_by_length(body: dict) -> str:
+    """9 for the reference, len(model answer) for the model."""
+    user = body["messages"][1]["content"]
+    model_answer = user.split("[Assistant 2]\n")[1].split("\n\n[End of Assistant 2]")[0]
+    return f"9 {len(model_answer)}\nBecause."
 
 
 @pytest.fixture
 def judge(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudge]:
-    fake = FakeJudge()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    monkeypatch.setenv("LLAVA_JUDGE_MODEL", "judge-1")
-    monkeypatch.setattr(review.time, "sleep", lambda seconds: None)
-    yield fake
-    fake.server.shutdown()
+    with serving(_score_by_length, monkeypatch) as fake:
+        yield fake
 
 
 def _files(tmp_path: Path) -> list[str]:

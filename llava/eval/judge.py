@@ -1,0 +1,124 @@
+"""One client for the GPT judges (LLaVA-Bench review, MM-Vet grading): any OpenAI-compatible endpoint.
+
+The endpoint comes from the environment, so the same commands run against OpenAI, Azure-style proxies or a
+local server (vLLM, llama.cpp, a test double on 127.0.0.1):
+
+- ``OPENAI_API_KEY``: sent as a Bearer token; required when the endpoint is OpenAI's own.
+- ``OPENAI_BASE_URL``: the endpoint root (default ``https://api.openai.com/v1``); ``/chat/completions`` is
+  appended.
+- ``LLAVA_JUDGE_MODEL``: the judge model, unless the command names one.
+
+Rate limits (HTTP 429), server errors and dropped connections are retried with growing pauses; any other
+refusal (a bad key, an unknown model) stops at once with one sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llava.utils import UserError
+
+logger = logging.getLogger(__name__)
+
+BASE_URL_ENV, KEY_ENV, MODEL_ENV = "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLAVA_JUDGE_MODEL"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# HTTP answers worth another try: rate limits and server-side trouble.
+_RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    """The judge's answer text and the model that wrote it (as the endpoint names it)."""
+
+    text: str
+    model: str
+
+
+class JudgeClient:
+    """Calls an OpenAI-compatible ``/chat/completions`` endpoint, retrying transient failures.
+
+    Args:
+        base_url: Endpoint root, e.g. ``https://api.openai.com/v1``.
+        api_key: Bearer token (``None``: no Authorization header).
+        model: Judge model name.
+        max_retries: Extra attempts after a transient failure.
+        pause: First pause between attempts in seconds (doubled each time, at most 60 s).
+        timeout: Seconds to wait for one reply.
+        sleep: How to wait between attempts (default :func:`time.sleep`, looked up at call time).
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, model: str, *, max_retries: int = 6,
+                 pause: float = 1.0, timeout: float = 120.0, sleep: Callable[[float], None] | None = None) -> None:
+        if max_retries < 0:
+            raise UserError(f"--max-retries must be at least 0, got {max_retries}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.api_key, self.model = api_key, model
+        self.max_retries, self.pause, self.timeout, self._sleep = max_retries, pause, timeout, sleep
+
+    def _request(self, messages: Sequence[Mapping[str, str]], max_tokens: int, temperature: float) -> urllib.request.Request:
+        body = {"model": self.model, "messages": list(messages), "temperature": temperature, "max_tokens": max_tokens}
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+
+    def chat(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int, temperature: float) -> JudgeReply:
+        """The judge's reply to ``messages`` (``[{"role", "content"}, ...]``).
+
+        Raises:
+            UserError: When the endpoint refuses the request, or still fails after ``max_retries`` retries.
+        """
+        wait = self.pause
+        for attempt in range(self.max_retries + 1):
+            try:
+                request = self._request(messages, max_tokens, temperature)
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return _reply(json.loads(response.read()), self.url, self.model)
+            except urllib.error.HTTPError as error:
+                if error.code not in _RETRYABLE:
+                    detail = error.read()[:300].decode("utf-8", "replace")
+                    raise UserError(f"the judge at {self.url} refused the request: HTTP {error.code} {detail}") from None
+                problem = f"HTTP {error.code}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as error:
+                problem = f"{type(error).__name__}: {getattr(error, 'reason', error)}"
+            if attempt < self.max_retries:
+                logger.warning("judge call failed (%s); retrying in %.1f s", problem, wait)
+                (self._sleep or time.sleep)(wait)
+                wait = min(wait * 2, 60.0)
+        raise UserError(f"the judge at {self.url} still fails after {self.max_retries} retries ({problem}); run again to resume")
+
+
+def _reply(payload: Any, url: str, requested: str) -> JudgeReply:
+    try:
+        text = str(payload["choices"][0]["message"]["content"])
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"the judge at {url} sent a reply without choices[0].message.content") from None
+    model = payload.get("model") if isinstance(payload, Mapping) else None
+    return JudgeReply(text=text, model=str(model or requested))
+
+
+def judge_from_env(judge_model: str | None, default_model: str, *, max_retries: int, api_key: str | None = None) -> JudgeClient:
+    """The judge named by the environment (see the module docstring); ``judge_model`` wins over it.
+
+    ``api_key`` is used only when ``OPENAI_API_KEY`` is not set.
+
+    Raises:
+        UserError: When the endpoint is OpenAI's own and no key is set.
+    """
+    base_url = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    api_key = os.environ.get(KEY_ENV) or api_key or None
+    if api_key is None and base_url == DEFAULT_BASE_URL:
+        raise UserError(f"set {KEY_ENV} to the judge's API key (and {BASE_URL_ENV} for another OpenAI-compatible endpoint)")
+    model = judge_model or os.environ.get(MODEL_ENV) or default_model
+    return JudgeClient(base_url, api_key, model, max_retries=max_retries)
+
+
+__all__ = ["BASE_URL_ENV", "DEFAULT_BASE_URL", "KEY_ENV", "MODEL_ENV", "JudgeClient", "JudgeReply", "judge_from_env"]
