@@ -14,8 +14,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["llava", "llava.*", "braco_patch", "braco_patch.*"]),
-    # The GPT-review rule table and the demo page's example images ship with the package.
-    package_data={"llava.eval": ["table/*.json"], "llava.serve": ["examples/*.png", "examples/*.jpg", "examples/*.json"]},
+    # The GPT judges' prompts (LLaVA-Bench rule table, MM-Vet grading prompt) and the demo page's example images ship with the package.
+    package_data={"llava.eval": ["table/*.json", "table/*.txt"], "llava.serve": ["examples/*.png", "examples/*.jpg", "examples/*.json"]},
     install_requires=[
         "torch>=2.4",
         "transformers>=5.0,<6",
