@@ -11,7 +11,12 @@ import torch.nn as nn
 from safetensors.torch import save_file
 
 from llava.model import image_encoding, patch_merge, splice, weights_io
-from llava.model.weights_io import load_projector_weights, load_weights_file, non_persistent_buffers, projector_state_dict
+from llava.model.weights_io import (
+    load_projector_weights,
+    load_weights_file,
+    non_persistent_buffers,
+    projector_state_dict,
+)
 
 
 def _projector() -> nn.Sequential:
