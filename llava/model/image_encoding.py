@@ -103,7 +103,9 @@ def compressor_inputs(
         ValueError: If the tower cannot give other layers or attention, or ``prompt`` does not hold one entry
             per image.
     """
-    inputs = CompressorInputs(features=images, grid_shape=grid_shape(tower), has_cls_token=bool(getattr(tower, "has_cls_token", True)))
+    inputs = CompressorInputs(
+        features=images, grid_shape=grid_shape(tower), has_cls_token=bool(getattr(tower, "has_cls_token", True))
+    )
     if needs.tower_layers or needs.attention:
         if not callable(getattr(tower, "encode", None)):
             raise ValueError(

@@ -96,7 +96,9 @@ def merge_views(
     if merge not in PATCH_MERGE_TYPES:
         raise ValueError(f"unknown mm_patch_merge_type {merge!r}; expected one of {', '.join(PATCH_MERGE_TYPES)}")
     if merge == "flat":
-        return [feature.flatten(0, 1) if isinstance(feature, torch.Tensor) else torch.cat(feature) for feature in encoded]
+        return [
+            feature.flatten(0, 1) if isinstance(feature, torch.Tensor) else torch.cat(feature) for feature in encoded
+        ]
     if any(isinstance(feature, list) for feature in encoded):
         raise ValueError(
             f"mm_patch_merge_type {merge!r} needs the same token count in every view, but this projector's count "
@@ -141,7 +143,8 @@ def spatial_merge(feature: torch.Tensor, image_size: Sequence[int], merge: str, 
     else:
         merged = merge_grid(feature, image_size, layout, newline)
     expected = visual_token_count(
-        image_size, pinpoints, layout.tower_side, grid, per_view, merge, image_aspect_ratio=aspect if views > 1 else None
+        image_size, pinpoints, layout.tower_side, grid, per_view, merge,
+        image_aspect_ratio=aspect if views > 1 else None,
     )
     if merged.shape[0] != expected:
         raise RuntimeError(f"the {merge} merge gave {merged.shape[0]} visual tokens, but the rule says {expected}")
