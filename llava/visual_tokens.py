@@ -1,6 +1,7 @@
 """How many visual tokens one image becomes in the LLM input: the one rule, for single views and AnyRes.
 
-The model's merge (:meth:`llava.model.llava_arch.LlavaMetaForCausalLM.image_features`) checks its output against
+The model's merge (:func:`llava.model.patch_merge.spatial_merge`, run by
+:meth:`llava.model.llava_arch.LlavaMetaForCausalLM.image_features`) checks its output against
 :func:`visual_token_count`; cost tools and docs/BACKBONES.md use the same function.
 
 Terms: a *view* is one tower-sized square (AnyRes: the whole image squashed, then the crops of the chosen canvas,

@@ -33,7 +33,7 @@ from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAUL
 from .checks import check_llava_config, check_loaded_weights, check_model_path, check_tokenizer_files, check_weight_files
 from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
 from .tokenizer_loading import load_tokenizer
-from .llava_arch import load_projector_weights, load_weights_file, projector_state_dict
+from .weights_io import load_projector_weights, load_weights_file, projector_state_dict
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from llava.model.llava_arch import load_projector_weights, load_weights_file, projector_state_dict
+from llava.model.weights_io import load_projector_weights, load_weights_file, projector_state_dict
 
 logger = logging.getLogger(__name__)
 

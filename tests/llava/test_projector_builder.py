@@ -163,6 +163,6 @@ def test_installed_plugins_register_through_their_entry_points():
     (0, 4, 1), (-5, 4, 1),
 ])
 def test_attention_goes_with_the_layer_that_made_the_features(select_layer, num_layers, expected):
-    from llava.model.llava_arch import attention_layer_for
+    from llava.model.image_encoding import attention_layer_for
 
     assert attention_layer_for(select_layer, num_layers) == expected
