@@ -97,6 +97,7 @@ class EvalItem:
         prompt: Written as ``prompt`` (each loader keeps upstream's choice of text).
         images: Images for this question (none for text-only ScienceQA items).
         extra: Extra answer fields, e.g. ``{"round_id": 0, "options": [...], "option_char": [...]}``.
+        text_aliases: More fields that also hold the generated text (Q-Bench's tools read ``response``).
     """
 
     question_id: Any
@@ -104,6 +105,7 @@ class EvalItem:
     prompt: str
     images: tuple[ImageRef, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    text_aliases: tuple[str, ...] = ()
 
     @property
     def key(self) -> AnswerKey:
@@ -129,6 +131,8 @@ class LoaderSpec:
         max_new_tokens: Default of ``--max_new_tokens`` (upstream: 128 for the loader, else 1024).
         question_file_default: Default of ``--question-file`` (upstream's placeholder).
         add_arguments: Adds the module's own flags.
+        prepare_records: Runs on the whole question file before chunking (e.g. numbering records that
+            carry no id, so that every chunk numbers them alike).
     """
 
     name: str
@@ -137,6 +141,7 @@ class LoaderSpec:
     max_new_tokens: int = 1024
     question_file_default: str = "tables/question.jsonl"
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    prepare_records: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ chunks
@@ -263,6 +268,7 @@ def answer_record(item: EvalItem, text: str, model_id: str) -> dict[str, Any]:
     record["prompt"] = item.prompt
     record["text"] = text
     record.update((key, value) for key, value in item.extra.items() if key != "round_id")
+    record.update((key, text) for key in item.text_aliases)
     record.update(answer_id=shortuuid.uuid(), model_id=model_id, metadata={})
     return record
 
@@ -660,7 +666,10 @@ def run_parsed(
     """:func:`run_loader` on already parsed arguments."""
     setup_logging()
     check_outputs({"--question-file": args.question_file}, {"--answers-file": args.answers_file})
-    records = get_chunk(load_questions(args.question_file), args.num_chunks, args.chunk_idx)
+    records = load_questions(args.question_file)
+    if spec.prepare_records is not None:
+        records = spec.prepare_records(records)
+    records = get_chunk(records, args.num_chunks, args.chunk_idx)
     items = build_items(spec, records, args)
     model_id = get_model_name_from_path(os.path.expanduser(args.model_path))
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)

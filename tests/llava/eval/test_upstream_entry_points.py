@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from llava.eval import model_vqa, model_vqa_loader, model_vqa_mmbench, model_vqa_science, run_llava
+from llava.eval import model_vqa, model_vqa_loader, model_vqa_mmbench, model_vqa_qbench, model_vqa_science, run_llava
 from llava.mm_utils import get_model_name_from_path
 
 from .conftest import BenchData
 
-LOADERS = [model_vqa, model_vqa_loader, model_vqa_mmbench, model_vqa_science]
+LOADERS = [model_vqa, model_vqa_loader, model_vqa_mmbench, model_vqa_qbench, model_vqa_science]
 
 
 @pytest.mark.parametrize("module", LOADERS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
