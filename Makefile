@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo quickstart test bench lmms-eval-check clean
+.PHONY: install demo quickstart test bench lmms-eval-check gpu-check clean
 
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ $(LMMS_VENV)/.installed: setup.py
 
 lmms-eval-check: $(LMMS_VENV)/.installed
 	$(LMMS_VENV)/bin/python -m pytest -q -m slow tests/lmms_eval
+
+# The CUDA paths and GPU benchmarks (issue 15), on a machine with a GPU and a CUDA build of torch in the active
+# python3 (not the CPU venv above); results in outputs/gpu. See README, "GPU check".
+gpu-check:
+	bash scripts/gpu/check.sh
 
 clean:
 	rm -rf $(VENV) $(LMMS_VENV) outputs .pytest_cache

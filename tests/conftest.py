@@ -14,18 +14,28 @@ from typing import Any
 import pytest
 
 
+#: Markers deselected unless the ``-m`` expression names them: heavy or hardware-bound runs with their own make target.
+OPT_IN_MARKERS = {
+    "slow": "heavy end-to-end checks (lmms-eval, `make lmms-eval-check`)",
+    "gpu": "CUDA paths (`make gpu-check`, scripts/gpu/check.sh on a GPU machine)",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: heavy end-to-end checks (lmms-eval); deselected unless -m selects them")
+    for name, description in OPT_IN_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}; deselected unless -m selects them")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect ``slow`` tests unless the ``-m`` expression names them (``make lmms-eval-check`` does)."""
-    if "slow" in (config.getoption("markexpr") or ""):
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    """Deselect the opt-in markers' tests unless the ``-m`` expression names the marker."""
+    expression = config.getoption("markexpr") or ""
+    for name in OPT_IN_MARKERS:
+        if name in expression:
+            continue
+        dropped = [item for item in items if item.get_closest_marker(name)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not item.get_closest_marker(name)]
 
 
 #: The tiny tower's input side and patch size: a 6x6 grid, so mlp2x_gelu gives K = 36 visual tokens.

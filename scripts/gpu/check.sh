@@ -1,0 +1,72 @@
+#!/bin/bash
+# Run THERE, on a GPU machine, from the repository root (issue 15). With the device tool: first
+# `bash scripts/gpu/fetch_wheels.sh` here, then run with carry [".whl"] and the command `bash scripts/gpu/check.sh`.
+# Installs the carried wheels and the project (offline), runs the GPU tests (pytest -m gpu), then the GPU
+# benchmarks, each step time-boxed; a failed step does not stop the next. Results go to $OUT (or outputs/gpu):
+#   gpu_tests.log, gpu_tests.xml   the GPU tests (JUnit XML)
+#   gpu_bench.json, gpu_bench.log  matmul peak, braco cost --measure rows (compressor, prefill; batch 1/8/32)
+#   summary.txt                    one screen: versions, device, what passed, failed or could not run
+# Environment: GPU_CHECK_STEPS ("tests bench" by default), GPU_CHECK_BUDGET_S (total seconds, default 540).
+set -uo pipefail
+
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-outputs/gpu}
+mkdir -p "$OUT"
+START=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-540}
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+
+# step NAME SECONDS COMMAND...: run with a time box no longer than what is left, record the outcome.
+step() {
+    local name=$1 limit=$2; shift 2
+    local remaining; remaining=$(left)
+    if [ "$remaining" -lt 20 ]; then note "SKIPPED  $name (time budget spent)"; return; fi
+    [ "$limit" -gt "$remaining" ] && limit=$remaining
+    local t0; t0=$(date +%s)
+    timeout "$limit" "$@"
+    local rc=$?
+    local took=$(( $(date +%s) - t0 ))
+    case $rc in
+        0) note "PASSED   $name (${took} s)" ;;
+        124) note "TIMEOUT  $name (after ${limit} s)" ;;
+        *) note "FAILED   $name (exit $rc, ${took} s)" ;;
+    esac
+}
+
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && export PATH=/tmp/site/bin:$PATH
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || note "FAILED   pip install -e . (offline)"
+
+{
+    echo "date $(date -u +%F\ %T) UTC"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+    python3 - <<'PY'
+import importlib
+for name in ("torch", "transformers", "deepspeed", "bitsandbytes", "flash_attn", "peft", "accelerate"):
+    try:
+        module = importlib.import_module(name)
+        print(f"{name} {getattr(module, '__version__', '?')}")
+    except Exception as error:  # report, never stop: the summary says what could not run
+        print(f"{name} missing ({type(error).__name__})")
+import torch
+print("cuda available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+PY
+} 2>&1 | tee -a "$SUMMARY"
+
+STEPS=${GPU_CHECK_STEPS:-tests bench}
+if [[ " $STEPS " == *" tests "* ]]; then
+    step "GPU tests" 300 python3 -m pytest -q -m gpu tests/gpu tests/braco_patch/cost/test_fast.py -rs \
+        --junitxml "$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+    tail -n 25 "$OUT/gpu_tests.log" >> "$SUMMARY"
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
+    step "GPU benchmarks" 420 python3 benchmarks/gpu_prefill.py --out "$OUT/gpu_bench.json" > "$OUT/gpu_bench.log" 2>&1
+    tail -n 40 "$OUT/gpu_bench.log" >> "$SUMMARY"
+fi
+note "total $(( $(date +%s) - START )) s"
