@@ -61,7 +61,7 @@ PY
 
 STEPS=${GPU_CHECK_STEPS:-tests bench}
 if [[ " $STEPS " == *" tests "* ]]; then
-    step "GPU tests" 300 python3 -m pytest -q -m gpu tests/gpu tests/braco_patch/cost/test_fast.py -rs \
+    step "GPU tests" 300 python3 -m pytest -q -m gpu tests/gpu -rs \
         --junitxml "$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
     tail -n 25 "$OUT/gpu_tests.log" >> "$SUMMARY"
 fi
