@@ -1,12 +1,17 @@
 #!/bin/bash
-# Run THERE, on a GPU machine, from the repository root (issue 15). With the device tool: first
-# `bash scripts/gpu/fetch_wheels.sh` here, then run with carry [".whl"] and the command `bash scripts/gpu/check.sh`.
-# Installs the carried wheels and the project (offline), runs the GPU tests (pytest -m gpu), then the GPU
-# benchmarks, each step time-boxed; a failed step does not stop the next. Results go to $OUT (or outputs/gpu):
-#   gpu_tests.log, gpu_tests.xml   the GPU tests (JUnit XML)
+# Run THERE, on a GPU machine, from the repository root (issue 15). With the device tool (at most 10 minutes a
+# command): first `bash scripts/gpu/fetch_wheels.sh` here, then three calls with carry [".whl"]:
+#   GPU_CHECK_STEPS=tests bash scripts/gpu/check.sh
+#   GPU_CHECK_STEPS=bench bash scripts/gpu/check.sh
+#   GPU_CHECK_STEPS=train bash scripts/gpu/check.sh
+# Each installs the carried wheels and the project (offline), then runs its steps, time-boxed; a failed step does
+# not stop the next. Results go to $OUT (or outputs/gpu):
+#   gpu_tests.log, gpu_tests.xml   the GPU tests (pytest -m gpu tests/gpu; JUnit XML)
 #   gpu_bench.json, gpu_bench.log  matmul peak, braco cost --measure rows (compressor, prefill; batch 1/8/32)
+#   gpu_train.json, gpu_train.log  stage-2 training step, vanilla vs Braco-16 (LoRA, 7B shape)
 #   summary.txt                    one screen: versions, device, what passed, failed or could not run
-# Environment: GPU_CHECK_STEPS ("tests bench" by default), GPU_CHECK_BUDGET_S (total seconds, default 540).
+# Environment: GPU_CHECK_STEPS ("tests bench train" by default, for a machine without a time limit),
+# GPU_CHECK_BUDGET_S (total seconds, default 540).
 set -uo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -59,14 +64,18 @@ print("cuda available", torch.cuda.is_available(), torch.cuda.get_device_name(0)
 PY
 } 2>&1 | tee -a "$SUMMARY"
 
-STEPS=${GPU_CHECK_STEPS:-tests bench}
+STEPS=${GPU_CHECK_STEPS:-tests bench train}
 if [[ " $STEPS " == *" tests "* ]]; then
     step "GPU tests" 300 python3 -m pytest -q -m gpu tests/gpu -rs \
         --junitxml "$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
     tail -n 25 "$OUT/gpu_tests.log" >> "$SUMMARY"
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
-    step "GPU benchmarks" 420 python3 benchmarks/gpu_prefill.py --out "$OUT/gpu_bench.json" > "$OUT/gpu_bench.log" 2>&1
+    step "GPU prefill benchmarks" 480 python3 benchmarks/gpu_prefill.py --out "$OUT/gpu_bench.json" > "$OUT/gpu_bench.log" 2>&1
     tail -n 40 "$OUT/gpu_bench.log" >> "$SUMMARY"
+fi
+if [[ " $STEPS " == *" train "* ]]; then
+    step "GPU training step" 480 python3 benchmarks/gpu_train_step.py --out "$OUT/gpu_train.json" > "$OUT/gpu_train.log" 2>&1
+    tail -n 8 "$OUT/gpu_train.log" >> "$SUMMARY"
 fi
 note "total $(( $(date +%s) - START )) s"
