@@ -10,7 +10,7 @@ everything else:
   is produced, and a half-written last line left by a killed run is dropped; a sidecar
   ``<answers>.meta.json`` records the model and settings that produced the answers, and resuming with
   others is refused, naming ``--overwrite`` (see :mod:`llava.eval.provenance`);
-* batched greedy or sampled generation (``--batch-size``) with left padding;
+* batched greedy or sampled generation (``--batch-size``) with left padding (:mod:`llava.eval.generation`);
 * the answers JSONL with upstream's fields (``question_id, prompt, text, answer_id, model_id, metadata``
   plus a loader's extras such as MMBench's ``round_id, options, option_char``);
 * device and dtype: ``--device`` (default ``cuda`` when available, else ``cpu``), float16 on CUDA and
@@ -37,21 +37,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import shortuuid
-import torch
 from PIL import Image
 from tqdm import tqdm
 
-from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
-from llava.conversation import check_template_fits, conv_templates, stage1_template
 from llava.eval.files import check_outputs, load_questions
+# Generation lives in llava.eval.generation; its names stay importable from here, where loaders and tests use them.
+from llava.eval.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
 from llava.eval.provenance import Provenance, producer_record
-from llava.mm_utils import (
-    get_model_name_from_path,
-    load_image,
-    load_image_from_base64,
-    process_images,
-    tokenizer_image_token,
-)
+from llava.mm_utils import get_model_name_from_path, load_image, load_image_from_base64
 from llava.utils import UserError, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -271,153 +264,6 @@ def answer_record(item: EvalItem, text: str, model_id: str) -> dict[str, Any]:
     record.update((key, text) for key in item.text_aliases)
     record.update(answer_id=shortuuid.uuid(), model_id=model_id, metadata={})
     return record
-
-
-# ------------------------------------------------------------------------------------------------ generation
-
-
-def resolve_device(device: str | None) -> str:
-    """``device`` as given, or ``"cuda"`` when available, else ``"cpu"``."""
-    if device:
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def default_dtype(device: str) -> torch.dtype:
-    """float16 on CUDA (upstream's inference dtype), float32 elsewhere."""
-    return torch.float16 if torch.device(device).type == "cuda" else torch.float32
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """Sampling options with upstream's meaning: ``temperature > 0`` samples, 0 is greedy."""
-
-    temperature: float = 0.2
-    top_p: float | None = None
-    num_beams: int = 1
-    max_new_tokens: int = 1024
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens, "use_cache": True}
-        if self.temperature > 0:
-            kwargs.update(do_sample=True, temperature=self.temperature)
-            if self.top_p is not None:
-                kwargs["top_p"] = self.top_p
-        else:
-            kwargs["do_sample"] = False
-        return kwargs
-
-
-class LlavaGenerator:
-    """Prompt building and batched generation for a loaded LLaVA model (shared by the loaders and the demo).
-
-    Args:
-        tokenizer, model, image_processor: As returned by ``load_pretrained_model``.
-        conv_mode: Key of ``conv_templates``; must fit the tokenizer (:func:`llava.conversation.check_template_fits`).
-        device: Where inputs go.
-        dtype: Dtype of the image tensors.
-    """
-
-    def __init__(self, tokenizer: Any, model: Any, image_processor: Any, *, conv_mode: str, device: str, dtype: torch.dtype) -> None:
-        check_template_fits(conv_mode, tokenizer)
-        self.tokenizer, self.model, self.image_processor = tokenizer, model, image_processor
-        self.conv_mode, self.device, self.dtype = conv_mode, device, dtype
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else (tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0)
-
-    def build_prompt(self, question: str, num_images: int) -> str:
-        """The full prompt: one image marker per image (wrapped in start/end tokens if the model uses
-        them), a newline, the question, in the conversation template with an open assistant turn."""
-        marker = DEFAULT_IMAGE_TOKEN
-        if getattr(self.model.config, "mm_use_im_start_end", False):
-            marker = DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
-        text = "".join(marker + "\n" for _ in range(num_images)) + question
-        conv = conv_templates[self.conv_mode].copy()
-        conv.append_message(conv.roles[0], text)
-        conv.append_message(conv.roles[1], None)
-        return conv.get_prompt()
-
-    def _batch_inputs(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokenise and left-pad: ``[batch, max_len]`` ids and attention mask."""
-        sequences = [tokenizer_image_token(prompt, self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt") for prompt in prompts]
-        width = max(len(sequence) for sequence in sequences)
-        input_ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for row, sequence in enumerate(sequences):
-            input_ids[row, width - len(sequence) :] = sequence
-            attention_mask[row, width - len(sequence) :] = 1
-        return input_ids.to(self.device), attention_mask.to(self.device)
-
-    @torch.inference_mode()
-    def generate(self, questions: Sequence[str], images: Sequence[Sequence[Image.Image]], config: GenerationConfig) -> list[str]:
-        """Answer a batch; every question must come with the same number of images.
-
-        Args:
-            questions: User-turn texts without image markers.
-            images: Per question, its PIL images.
-            config: Sampling options.
-
-        Returns:
-            The decoded, stripped answers, in order.
-        """
-        counts = {len(per_question) for per_question in images}
-        if len(counts) > 1:
-            raise ValueError(f"a batch must have the same number of images per question, got counts {sorted(counts)}")
-        prompts = [self.build_prompt(question, len(per_question)) for question, per_question in zip(questions, images)]
-        input_ids, attention_mask = self._batch_inputs(prompts)
-        flat = [image for per_question in images for image in per_question]
-        image_kwargs: dict[str, Any] = {"images": None, "image_sizes": None}
-        if flat:
-            pixels = process_images(flat, self.image_processor, self.model.config)
-            if isinstance(pixels, list):
-                pixels = [tensor.to(self.device, dtype=self.dtype) for tensor in pixels]
-            else:
-                pixels = pixels.to(self.device, dtype=self.dtype)
-            image_kwargs = {"images": pixels, "image_sizes": [image.size for image in flat]}
-        output_ids = self.model.generate(
-            input_ids, attention_mask=attention_mask, pad_token_id=self.pad_token_id, **image_kwargs, **config.generate_kwargs()
-        )
-        return [text.strip() for text in self.tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
-
-
-def load_generator(
-    model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None
-) -> tuple[LlavaGenerator, str]:
-    """Load a checkpoint with ``load_pretrained_model`` on ``device`` and wrap it.
-
-    ``projector_settings`` (``--projector-setting KEY=VALUE``) change runtime settings of the projector's
-    compressor plugin after loading (e.g. a nested-query compressor's token count), checked by the plugin.
-
-    Returns:
-        ``(generator, model name)``.
-    """
-    from llava.model.builder import load_pretrained_model
-    from llava.utils import disable_torch_init, enable_torch_init
-
-    device = resolve_device(device)
-    dtype = default_dtype(device)
-    model_path = os.path.expanduser(model_path)
-    model_name = get_model_name_from_path(model_path)
-    disable_torch_init()
-    try:
-        tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device)
-    finally:
-        enable_torch_init()
-    if projector_settings:
-        from llava.model.multimodal_projector.plugins import apply_runtime_settings
-
-        apply_runtime_settings(model, projector_settings)
-    if model.dtype != dtype:
-        model.to(dtype=dtype)
-    model.eval()
-    return LlavaGenerator(tokenizer, model, image_processor, conv_mode=_conv_mode_for(model_name, conv_mode), device=device, dtype=dtype), model_name
-
-
-def _conv_mode_for(model_name: str, conv_mode: str) -> str:
-    tagged = stage1_template(model_name, conv_mode)
-    if tagged != conv_mode:
-        logger.warning("%s looks like a plain (stage-1) model; using conv mode %s", model_name, tagged)
-    return tagged
 
 
 # ------------------------------------------------------------------------------------------------ the loop
