@@ -11,11 +11,13 @@ Typical use::
     tokenizer = train_tiny_tokenizer(root / "tokenizer")
     tower = build_tiny_clip_tower(root / "clip", image_size=48, patch_size=8)  # 6x6 patch grid
     ckpt = build_tiny_llava_checkpoint(root / "llava-tiny", tower, tokenizer, projector_type="mlp2x_gelu")
+
+Tokenizers: :mod:`llava.model.tiny_tokenizers`; towers: :mod:`llava.model.tiny_towers`; LLMs and LLaVA
+checkpoints: here.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -25,319 +27,23 @@ from typing import Any
 
 import torch
 
-from llava.constants import DEFAULT_IMAGE_TOKEN
-
-PathLike = str | os.PathLike[str]
-
-#: Upstream's special-token layout for LLaMA / Vicuna tokenizers: pad is unk.
-UNK, BOS, EOS = "<unk>", "<s>", "</s>"
-TOKENIZER_FILES = (
-    "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "vocab.json", "merges.txt",
+# The tokenizer and tower builders live in their own modules; every name stays importable from here.
+from .tiny_tokenizers import (
+    QWEN_SPECIAL_TOKENS,
+    TOKENIZER_FILES,
+    PathLike,
+    prepare_dir,
+    train_tiny_qwen_tokenizer,
+    train_tiny_tokenizer,
 )
-
-DEFAULT_TEXTS = (
-    "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
-    "detailed, and polite answers to the user's questions.",
-    "A chat between a curious human and an artificial intelligence assistant. The assistant gives helpful, "
-    "detailed, and polite answers to the human's questions.",
-    "USER: What is shown in the image? ASSISTANT: A red square on a white background.",
-    "USER: How many circles are there? ASSISTANT: There are 3 circles.",
-    "Human: Describe the picture. ### Assistant: A small blue triangle next to a green circle.",
-    "Answer the question using a single word or phrase. Yes No left right top bottom",
-    "The quick brown fox jumps over the lazy dog 0 1 2 3 4 5 6 7 8 9.",
+from .tiny_towers import (
+    TINY_TOWER_BUILDERS,
+    build_tiny_clip_tower,
+    build_tiny_siglip2_tower,
+    build_tiny_siglip_tower,
+    build_tiny_vision_tower,
+    save_tiny_model,
 )
-
-
-def _prepare_dir(out_dir: PathLike) -> Path:
-    path = Path(out_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def train_tiny_tokenizer(out_dir: PathLike, texts: Iterable[str] | None = None, vocab_size: int = 384) -> Path:
-    """Train a LLaMA-style sentencepiece BPE model and save it as a Vicuna-style tokenizer directory.
-
-    The directory holds ``tokenizer.model``, ``tokenizer_config.json`` (``LlamaTokenizer``, BOS added,
-    ``legacy`` false) and ``special_tokens_map.json``; ids: ``<unk>`` 0 (also the pad token), ``<s>`` 1,
-    ``</s>`` 2; unknown characters fall back to byte tokens.
-
-    Args:
-        out_dir: Directory to write (created if needed).
-        texts: Training sentences; a few LLaVA-style prompts by default. ``<image>`` never becomes a
-            piece: prompts are split around it before tokenisation.
-        vocab_size: Target vocabulary size (at least 259 + the corpus's distinct characters, because of the
-            byte fallback); a small corpus may end up with fewer pieces.
-
-    Returns:
-        ``out_dir`` as a ``Path``.
-    """
-    import sentencepiece as spm
-
-    corpus = [text.replace(DEFAULT_IMAGE_TOKEN, " ") for text in (texts if texts is not None else DEFAULT_TEXTS)]
-    if not corpus:
-        raise ValueError("train_tiny_tokenizer needs at least one training text, got none")
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus),
-        model_writer=model,
-        model_type="bpe",
-        vocab_size=vocab_size,
-        hard_vocab_limit=False,
-        unk_id=0,
-        bos_id=1,
-        eos_id=2,
-        pad_id=-1,
-        byte_fallback=True,
-        split_digits=True,
-        add_dummy_prefix=True,
-        remove_extra_whitespaces=False,
-        normalization_rule_name="identity",
-        character_coverage=1.0,
-        minloglevel=2,
-    )
-    path = _prepare_dir(out_dir)
-    (path / "tokenizer.model").write_bytes(model.getvalue())
-    tokenizer_config = {
-        "add_bos_token": True,
-        "add_eos_token": False,
-        "bos_token": BOS,
-        "eos_token": EOS,
-        "unk_token": UNK,
-        "pad_token": UNK,
-        "clean_up_tokenization_spaces": False,
-        "legacy": False,
-        "model_max_length": 2048,
-        "padding_side": "right",
-        "sp_model_kwargs": {},
-        "tokenizer_class": "LlamaTokenizer",
-    }
-    special_tokens = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": UNK}
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    (path / "special_tokens_map.json").write_text(json.dumps(special_tokens, indent=2))
-    return path
-
-
-#: The first three of Qwen2's special tokens (ids right after the regular vocabulary, in this order).
-QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-# Qwen2's tokenizer.json split pattern: contractions, letter runs (one leading non-letter), single digits,
-# punctuation runs, newline runs, other whitespace.
-QWEN_SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-QWEN_TEXTS = (
-    "You are a helpful assistant. You are Qwen, created by Alibaba Cloud.",
-    "system\nuser\nassistant\n",
-    "What is shown in the image? A red square on a white background.",
-    "How many circles are there? There are 3 circles.",
-    "A chat between a curious human and an artificial intelligence assistant. Answer the questions.",
-    "Describe the image. A square next to a circle, number 0 1 2 3 4 5 6 7 8 9.",
-    "Answer the question using a single word or phrase. Yes No left right top bottom",
-)
-
-
-def train_tiny_qwen_tokenizer(out_dir: PathLike, texts: Iterable[str] | None = None, vocab_size: int = 400) -> Path:
-    """Train a Qwen2-style byte-level BPE with the ``tokenizers`` library and save a Qwen2 tokenizer directory.
-
-    As Qwen2's: NFC normalisation, Qwen2's split pattern then byte-level mapping, no BOS added, the special
-    tokens ``<|endoftext|>`` (pad; also eos of base models), ``<|im_start|>``, ``<|im_end|>`` (eos, as in the
-    Instruct models) right after the regular vocabulary, no unk. The directory holds ``tokenizer.json``,
-    ``vocab.json``, ``merges.txt`` and ``tokenizer_config.json`` (``Qwen2Tokenizer``, right padding).
-
-    Args:
-        out_dir: Directory to write (created if needed).
-        texts: Training sentences; ChatML-style prompts by default. ``<image>`` never becomes a token.
-        vocab_size: Target size including the 256 byte symbols and the special tokens.
-
-    Returns:
-        ``out_dir`` as a ``Path``.
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
-    corpus = [text.replace(DEFAULT_IMAGE_TOKEN, " ") for text in (texts if texts is not None else QWEN_TEXTS)]
-    if not corpus:
-        raise ValueError("train_tiny_qwen_tokenizer needs at least one training text, got none")
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    # Specials are added after training so that, as in Qwen2, they follow the regular vocabulary.
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(QWEN_SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(corpus, trainer)
-    tokenizer.add_special_tokens(list(QWEN_SPECIAL_TOKENS))
-    path = _prepare_dir(out_dir)
-    tokenizer.save(str(path / "tokenizer.json"))
-    tokenizer.model.save(str(path))  # vocab.json + merges.txt, as released Qwen2 directories have
-    added = {
-        str(tokenizer.token_to_id(token)): {
-            "content": token, "special": True, "lstrip": False, "rstrip": False, "normalized": False, "single_word": False,
-        }
-        for token in QWEN_SPECIAL_TOKENS
-    }
-    config = {
-        "tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-        "unk_token": None, "add_prefix_space": False, "errors": "replace", "clean_up_tokenization_spaces": False,
-        "model_max_length": 2048, "padding_side": "right", "split_special_tokens": False, "added_tokens_decoder": added,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    return path
-
-
-def _save_tiny_model(model_factory: Any, path: Path, seed: int) -> None:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model_factory().save_pretrained(path)
-
-
-def _check_tiling(image_size: int, patch_size: int, exact: bool) -> None:
-    if image_size < patch_size or (exact and image_size % patch_size):
-        need = "a multiple of" if exact else "at least"
-        raise ValueError(f"image_size {image_size} must be {need} patch_size {patch_size}")
-
-
-def build_tiny_clip_tower(
-    out_dir: PathLike,
-    image_size: int = 32,
-    patch_size: int = 8,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 2,
-    intermediate: int | None = None,
-    seed: int = 0,
-    full_model: bool = False,
-) -> Path:
-    """Save a random CLIP vision tower and a matching CLIP image processor (resize + crop to ``image_size``).
-
-    The patch grid is ``(image_size // patch_size)`` per side: 32/8 → 4x4 (16 tokens, plus CLS), 48/8 → 6x6.
-
-    Args:
-        full_model: Save a whole ``CLIPModel`` (``model_type "clip"``, text tower included, as the released
-            ``openai/clip-vit-*`` checkpoints) instead of a ``CLIPVisionModel`` (``clip_vision_model``).
-
-    Returns:
-        ``out_dir`` as a ``Path``.
-    """
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTextConfig, CLIPVisionConfig
-    from transformers import CLIPVisionModel
-
-    _check_tiling(image_size, patch_size, exact=True)
-    vision = CLIPVisionConfig(
-        hidden_size=hidden,
-        intermediate_size=intermediate or 2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        image_size=image_size,
-        patch_size=patch_size,
-        projection_dim=hidden,
-    )
-    path = _prepare_dir(out_dir)
-    if full_model:
-        text = CLIPTextConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                              num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
-                              projection_dim=hidden, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-        config = CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=hidden)
-        _save_tiny_model(lambda: CLIPModel(config), path, seed)
-    else:
-        _save_tiny_model(lambda: CLIPVisionModel(vision), path, seed)
-    processor = CLIPImageProcessorPil(
-        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
-    )
-    processor.save_pretrained(path)
-    return path
-
-
-def build_tiny_siglip_tower(
-    out_dir: PathLike,
-    image_size: int = 54,
-    patch_size: int = 6,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 2,
-    intermediate: int | None = None,
-    seed: int = 0,
-    full_model: bool = False,
-    resample: str = "bicubic",
-) -> Path:
-    """Save a random SigLIP vision tower (no CLS token) and its processor (resize to ``image_size``², mean/std 0.5).
-
-    The grid is ``image_size // patch_size`` per side; as in so400m-patch14-384 (384 // 14 = 27) the size need
-    not be a multiple of the patch: 54/6 → 9x9 (a "27x27-style" odd grid), 57/6 → 9x9 with 3 pixel rows and
-    columns unseen, 64/8 → 8x8 (a "32x32-style" even grid).
-
-    Args:
-        full_model: Save a whole ``SiglipModel`` (``model_type "siglip"``, text tower included, as the
-            released ``google/siglip*`` checkpoints) instead of a ``SiglipVisionModel`` (``siglip_vision_model``).
-        resample: ``"bicubic"`` (SigLIP releases) or ``"bilinear"`` (SigLIP2 fixed-resolution releases).
-
-    Returns:
-        ``out_dir`` as a ``Path``.
-    """
-    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipTextConfig, SiglipVisionConfig
-    from transformers import SiglipVisionModel
-    from transformers.image_utils import PILImageResampling
-
-    filters = {"bicubic": PILImageResampling.BICUBIC, "bilinear": PILImageResampling.BILINEAR}
-    if resample not in filters:
-        raise ValueError(f"unknown resample {resample!r}; expected one of {', '.join(filters)}")
-    _check_tiling(image_size, patch_size, exact=False)
-    vision = SiglipVisionConfig(
-        hidden_size=hidden,
-        intermediate_size=intermediate or 2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        image_size=image_size,
-        patch_size=patch_size,
-    )
-    path = _prepare_dir(out_dir)
-    if full_model:
-        text = SiglipTextConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                                num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
-                                bos_token_id=1, eos_token_id=2, pad_token_id=0)
-        config = SiglipConfig(text_config=text.to_dict(), vision_config=vision.to_dict())
-        _save_tiny_model(lambda: SiglipModel(config), path, seed)
-    else:
-        _save_tiny_model(lambda: SiglipVisionModel(vision), path, seed)
-    processor = SiglipImageProcessorPil(
-        size={"height": image_size, "width": image_size}, resample=filters[resample],
-        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
-    )
-    processor.save_pretrained(path)
-    return path
-
-
-def build_tiny_siglip2_tower(out_dir: PathLike, image_size: int = 64, patch_size: int = 8, **kwargs: Any) -> Path:
-    """A fixed-resolution SigLIP2-style tower: saved as SigLIP releases it (a whole ``SiglipModel``,
-    ``model_type "siglip"``) with a bilinear processor and an exactly tiled even grid (64/8 → 8x8, like
-    so400m-patch16-512's 32x32). NaFlex SigLIP2 (``siglip2_vision_model``) is a different, unsupported format.
-    """
-    kwargs.setdefault("full_model", True)
-    kwargs.setdefault("resample", "bilinear")
-    return build_tiny_siglip_tower(out_dir, image_size=image_size, patch_size=patch_size, **kwargs)
-
-
-#: Tiny-tower builders by kind: every registered tower model_type, plus ``siglip2`` (fixed resolution).
-TINY_TOWER_BUILDERS: dict[str, Any] = {
-    "clip": lambda out_dir, **kw: build_tiny_clip_tower(out_dir, full_model=True, **kw),
-    "clip_vision_model": build_tiny_clip_tower,
-    "siglip": lambda out_dir, **kw: build_tiny_siglip_tower(out_dir, full_model=True, **kw),
-    "siglip_vision_model": build_tiny_siglip_tower,
-    "siglip2": build_tiny_siglip2_tower,
-}
-
-
-def build_tiny_vision_tower(kind: str, out_dir: PathLike, **kwargs: Any) -> Path:
-    """Save a tiny tower of ``kind`` (a key of :data:`TINY_TOWER_BUILDERS`); kwargs go to its builder."""
-    if kind not in TINY_TOWER_BUILDERS:
-        raise ValueError(f"unknown tiny tower kind {kind!r}; expected one of {', '.join(TINY_TOWER_BUILDERS)}")
-    return TINY_TOWER_BUILDERS[kind](out_dir, **kwargs)
 
 
 def _load_tokenizer(tokenizer_dir: PathLike) -> Any:
@@ -510,8 +216,8 @@ def build_tiny_llm(
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(llm, **_llm_config_kwargs(tokenizer_dir, hidden, layers, heads, intermediate, max_position, llm))
-    path = _prepare_dir(out_dir)
-    _save_tiny_model(lambda: AutoModelForCausalLM.from_config(config), path, seed)
+    path = prepare_dir(out_dir)
+    save_tiny_model(lambda: AutoModelForCausalLM.from_config(config), path, seed)
     _copy_tokenizer(tokenizer_dir, path)
     return path
 
@@ -576,7 +282,7 @@ def build_tiny_llava_checkpoint(
     # extra_config may override LLM keys too (e.g. tie_word_embeddings False, as Qwen2.5-7B).
     config = entry.config_class(**{**keys, **_multimodal_keys(tower_dir, projector_type, extra_config)})
     config.architectures = [entry.causal_lm_class.__name__]
-    path = _prepare_dir(out_dir)
+    path = prepare_dir(out_dir)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = entry.causal_lm_class(config)
@@ -625,7 +331,7 @@ def build_tiny_projector_checkpoint(
         torch.manual_seed(seed)
         projector = build_vision_projector(config)
     weights = {f"model.mm_projector.{name}": tensor.detach().clone() for name, tensor in projector.state_dict().items()}
-    path = _prepare_dir(out_dir)
+    path = prepare_dir(out_dir)
     config.save_pretrained(path)
     if file_format == "bin":
         torch.save(weights, path / "mm_projector.bin")
