@@ -28,6 +28,7 @@ import torch
 from PIL import Image
 
 from llava.mm_utils import process_images
+from llava.model.image_encoding import grid_shape
 from llava.model.multimodal_projector.plugins import plugin_for
 
 #: Pictures per row of the rendered figure.
@@ -190,14 +191,6 @@ def _to_rgb(pixels: torch.Tensor, image_processor: Any) -> np.ndarray:
     return (pixels[0].double().cpu() * std + mean).clamp(0.0, 1.0).permute(1, 2, 0).numpy()
 
 
-def _grid(tower: Any) -> tuple[int, int]:
-    shape = getattr(tower, "grid_shape", None)
-    if shape is not None:
-        return int(shape[0]), int(shape[1])
-    side = int(tower.num_patches_per_side)
-    return side, side
-
-
 @torch.inference_mode()
 def compute_view(model: Any, image_processor: Any, image: Image.Image) -> CompressorView | None:
     """The panel for ``image``, or ``None`` when the model's projector has no view.
@@ -214,7 +207,7 @@ def compute_view(model: Any, image_processor: Any, image: Image.Image) -> Compre
     if weight is not None:
         features = features.to(device=weight.device, dtype=weight.dtype)
     inputs = ViewInputs(
-        image=_to_rgb(pixels, image_processor), features=features, grid=_grid(model.get_vision_tower()),
+        image=_to_rgb(pixels, image_processor), features=features, grid=grid_shape(model.get_vision_tower()),
         tokens_sent=int(model.encode_images(pixels)[0].shape[0]), model=model, pixels=pixels,
     )
     return view(projector, inputs)
