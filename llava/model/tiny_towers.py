@@ -23,6 +23,13 @@ def _check_tiling(image_size: int, patch_size: int, exact: bool) -> None:
         raise ValueError(f"image_size {image_size} must be {need} patch_size {patch_size}")
 
 
+def _tiny_text_config(config_class: Any, hidden: int, heads: int, **extra: Any) -> Any:
+    """A one-layer text tower config: only there so that a whole CLIP/SigLIP checkpoint can be saved."""
+    return config_class(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+                        num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
+                        bos_token_id=1, eos_token_id=2, pad_token_id=0, **extra)
+
+
 def build_tiny_clip_tower(
     out_dir: PathLike,
     image_size: int = 32,
@@ -60,9 +67,7 @@ def build_tiny_clip_tower(
     )
     path = prepare_dir(out_dir)
     if full_model:
-        text = CLIPTextConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                              num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
-                              projection_dim=hidden, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        text = _tiny_text_config(CLIPTextConfig, hidden, heads, projection_dim=hidden)
         config = CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=hidden)
         save_tiny_model(lambda: CLIPModel(config), path, seed)
     else:
@@ -118,9 +123,7 @@ def build_tiny_siglip_tower(
     )
     path = prepare_dir(out_dir)
     if full_model:
-        text = SiglipTextConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                                num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
-                                bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        text = _tiny_text_config(SiglipTextConfig, hidden, heads)
         config = SiglipConfig(text_config=text.to_dict(), vision_config=vision.to_dict())
         save_tiny_model(lambda: SiglipModel(config), path, seed)
     else:
