@@ -53,10 +53,11 @@ def test_coder_in_half_precision_matches_float64(device: torch.device, dtype: to
 
 
 @needs_cuda("a CUDA graph")
-def test_cudagraph_and_compile_equal_eager(device: torch.device) -> None:
+@pytest.mark.parametrize("batch,tokens,dim", [(1, 577, 1024), (2, 37, 64)], ids=["clip-L-batch1", "small-batch2"])
+def test_cudagraph_and_compile_equal_eager(device: torch.device, batch: int, tokens: int, dim: int) -> None:
     torch.manual_seed(0)
-    coder = BracoCoder.from_config(1024, BracoConfig.from_budget(16)).to(device).half().eval()
-    x = torch.randn(1, 577, 1024, device=device, dtype=torch.half)
+    coder = BracoCoder.from_config(dim, BracoConfig.from_budget(16)).to(device).half().eval()
+    x = torch.randn(batch, tokens, dim, device=device, dtype=torch.half)
     with torch.no_grad():
         eager = coder(x)
         graph = make_fast(coder, "cudagraph", "cuda", (x,))
