@@ -373,12 +373,7 @@ def _open_record(answers: AnswersFile, producer: Mapping[str, Any] | None, overw
     """The answers file's record of its producer: started afresh, or checked against ``producer`` on resume."""
     if producer is None:
         return None
-    record = Provenance(answers.path, producer)
-    if overwrite:
-        record.start()
-    else:
-        record.resume(has_answers=bool(answers.answered))
-    return record
+    return Provenance(answers.path, producer).open(overwrite=overwrite, has_answers=bool(answers.answered))
 
 
 def _missing(item: EvalItem, reason: str, skip_missing: bool, result: RunResult) -> None:

@@ -128,11 +128,8 @@ def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str,
     if args.overwrite and output.exists():
         output.write_bytes(b"")
     done = _done(output)
-    sidecar = Provenance(output, review_producer(args, client), output_flag="--output", what="review")
-    if args.overwrite:
-        sidecar.start()
-    else:
-        sidecar.resume(has_answers=bool(done))
+    Provenance(output, review_producer(args, client), output_flag="--output", what="review").open(
+        overwrite=args.overwrite, has_answers=bool(done))
     written = []
     with output.open("a", encoding="utf-8") as handle:
         for index, question in enumerate(questions):

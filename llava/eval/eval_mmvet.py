@@ -287,11 +287,8 @@ def grade_all(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     grades = {} if args.overwrite else _read_grades(out.grades)
     producer = {"endpoint": client.url, "judge_model": client.model, "max_tokens": MAX_TOKENS,
                 "prompt": hashlib.sha256(prompt.encode()).hexdigest()[:16], "predictions": _digest(results_file)}
-    sidecar = Provenance(out.grades, producer, output_flag="--result_path or --model", what="grade")
-    if args.overwrite:
-        sidecar.start()
-    else:
-        sidecar.resume(has_answers=bool(grades))
+    Provenance(out.grades, producer, output_flag="--result_path or --model", what="grade").open(
+        overwrite=args.overwrite, has_answers=bool(grades))
     asked = _grade_missing(client, prompt, questions, predictions, grades, args.num_run, out.grades)
     logger.info("%d new grades in %s", asked, out.grades)
 

@@ -137,6 +137,14 @@ class Provenance:
             )
         self.skipped = dict(skipped)
 
+    def open(self, *, overwrite: bool, has_answers: bool) -> "Provenance":
+        """:meth:`start` when the run overwrites its output, else :meth:`resume`; returns ``self``."""
+        if overwrite:
+            self.start()
+        else:
+            self.resume(has_answers=has_answers)
+        return self
+
     def record_skip(self, question_id: Any, reason: str) -> None:
         self.skipped[json.dumps(question_id)] = reason
         self._save()
