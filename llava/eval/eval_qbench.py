@@ -40,11 +40,11 @@ def chosen_option(reply: str, candidates: Sequence[str]) -> int | None:
         if index < len(candidates):
             return index
     lowered = text.lower()
-    named = [index for index, candidate in enumerate(candidates) if str(candidate).strip() and str(candidate).lower() in lowered]
+    options = [str(candidate).lower() for candidate in candidates]
+    named = [index for index, option in enumerate(options) if option.strip() and option in lowered]
     # A candidate inside a longer named candidate ("Yes" in "Yes, slightly") was named only as part of it.
     named = [index for index in named
-             if not any(other != index and str(candidates[index]).lower() in str(candidates[other]).lower()
-                        and len(str(candidates[other])) > len(str(candidates[index])) for other in named)]
+             if not any(options[index] in options[other] and len(options[other]) > len(options[index]) for other in named)]
     return named[0] if len(named) == 1 else None
 
 
