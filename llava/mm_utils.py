@@ -29,7 +29,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from transformers import StoppingCriteria
 
-from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -403,6 +403,28 @@ def process_images(
     return processed
 
 
+def images_to_pixels(
+    images: Sequence[Image.Image], image_processor: Any, model_cfg: Any, device: Any, dtype: torch.dtype
+) -> tuple[torch.Tensor | list[torch.Tensor], list[tuple[int, int]]]:
+    """:func:`process_images` on ``device`` in ``dtype``, and each image's ``(width, height)`` (``image_sizes``).
+
+    Per-image tensors (anyres images of different shapes) stay a list, each moved.
+    """
+    pixels = process_images(images, image_processor, model_cfg)
+    if isinstance(pixels, list):
+        pixels = [tensor.to(device, dtype=dtype) for tensor in pixels]
+    else:
+        pixels = pixels.to(device, dtype=dtype)
+    return pixels, [image.size for image in images]
+
+
+def image_marker(model_cfg: Any) -> str:
+    """``<image>``, wrapped in ``<im_start>``/``<im_end>`` when the model was trained with them."""
+    if getattr(model_cfg, "mm_use_im_start_end", False):
+        return DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
+    return DEFAULT_IMAGE_TOKEN
+
+
 def _as_rgb(image: Image.Image) -> Image.Image:
     # The fill colour is an RGB triple, so padding needs an RGB image.
     return image if image.mode == "RGB" else image.convert("RGB")
@@ -544,6 +566,8 @@ __all__ = [
     "get_anyres_image_grid_shape",
     "is_anyres",
     "get_model_name_from_path",
+    "image_marker",
+    "images_to_pixels",
     "load_image",
     "load_image_from_base64",
     "BOMB_ERRORS",

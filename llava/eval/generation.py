@@ -3,7 +3,8 @@
 :class:`LlavaGenerator` builds upstream's prompts (image markers, the template), batches them with left padding
 and decodes greedy or sampled answers; :func:`load_generator` loads a checkpoint through
 ``load_pretrained_model`` on a device (float16 on CUDA, float32 elsewhere). :mod:`llava.eval.core` runs the
-question loop around it and re-exports these names.
+question loop around it and re-exports these names. :class:`GenerationConfig` (upstream's sampling options) and
+:func:`default_device` also serve ``run_llava`` and the serving stack.
 """
 
 from __future__ import annotations
@@ -16,18 +17,21 @@ from typing import Any, Mapping, Sequence
 import torch
 from PIL import Image
 
-from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
-from llava.mm_utils import get_model_name_from_path, process_images, tokenizer_image_token
+from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, tokenizer_image_token
 
 logger = logging.getLogger(__name__)
 
 
-def resolve_device(device: str | None) -> str:
-    """``device`` as given, or ``"cuda"`` when available, else ``"cpu"``."""
-    if device:
-        return device
+def default_device() -> str:
+    """``"cuda"`` when available, else ``"cpu"`` (the ``--device`` default of every command)."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_device(device: str | None) -> str:
+    """``device`` as given, or :func:`default_device`."""
+    return device or default_device()
 
 
 def default_dtype(device: str) -> torch.dtype:
@@ -75,10 +79,7 @@ class LlavaGenerator:
     def build_prompt(self, question: str, num_images: int) -> str:
         """The full prompt: one image marker per image (wrapped in start/end tokens if the model uses
         them), a newline, the question, in the conversation template with an open assistant turn."""
-        marker = DEFAULT_IMAGE_TOKEN
-        if getattr(self.model.config, "mm_use_im_start_end", False):
-            marker = DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
-        text = "".join(marker + "\n" for _ in range(num_images)) + question
+        text = (image_marker(self.model.config) + "\n") * num_images + question
         conv = conv_templates[self.conv_mode].copy()
         conv.append_message(conv.roles[0], text)
         conv.append_message(conv.roles[1], None)
@@ -115,12 +116,8 @@ class LlavaGenerator:
         flat = [image for per_question in images for image in per_question]
         image_kwargs: dict[str, Any] = {"images": None, "image_sizes": None}
         if flat:
-            pixels = process_images(flat, self.image_processor, self.model.config)
-            if isinstance(pixels, list):
-                pixels = [tensor.to(self.device, dtype=self.dtype) for tensor in pixels]
-            else:
-                pixels = pixels.to(self.device, dtype=self.dtype)
-            image_kwargs = {"images": pixels, "image_sizes": [image.size for image in flat]}
+            pixels, sizes = images_to_pixels(flat, self.image_processor, self.model.config, self.device, self.dtype)
+            image_kwargs = {"images": pixels, "image_sizes": sizes}
         output_ids = self.model.generate(
             input_ids, attention_mask=attention_mask, pad_token_id=self.pad_token_id, **image_kwargs, **config.generate_kwargs()
         )
@@ -167,4 +164,4 @@ def _conv_mode_for(model_name: str, conv_mode: str) -> str:
     return tagged
 
 
-__all__ = ["GenerationConfig", "LlavaGenerator", "default_dtype", "load_generator", "resolve_device"]
+__all__ = ["GenerationConfig", "LlavaGenerator", "default_device", "default_dtype", "load_generator", "resolve_device"]

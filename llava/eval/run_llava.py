@@ -12,34 +12,17 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from PIL import Image
 
-from llava.constants import (
-    DEFAULT_IM_END_TOKEN,
-    DEFAULT_IM_START_TOKEN,
-    DEFAULT_IMAGE_TOKEN,
-    IMAGE_PLACEHOLDER,
-    IMAGE_TOKEN_INDEX,
-)
+from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
 from llava.conversation import conv_templates, resolve_conv_mode
-from llava.mm_utils import get_model_name_from_path, load_image, process_images, tokenizer_image_token
+from llava.eval.generation import GenerationConfig, default_device
+from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, load_image, tokenizer_image_token
 from llava.utils import cli_main, setup_logging
 
 
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None}
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def image_marker(model_config: Any) -> str:
-    """``<image>``, wrapped in ``<im_start>``/``<im_end>`` when the model was trained with them."""
-    if getattr(model_config, "mm_use_im_start_end", False):
-        return DEFAULT_IM_START_TOKEN + DEFAULT_IMAGE_TOKEN + DEFAULT_IM_END_TOKEN
-    return DEFAULT_IMAGE_TOKEN
 
 
 def build_query(query: str, num_images: int, model_config: Any) -> str:
@@ -54,18 +37,6 @@ def build_query(query: str, num_images: int, model_config: Any) -> str:
     if DEFAULT_IMAGE_TOKEN in query:
         return query
     return (marker + "\n") * max(num_images, 1) + query
-
-
-def generation_kwargs(temperature: float, top_p: float | None, num_beams: int, max_new_tokens: int) -> dict[str, Any]:
-    """Upstream's sampling options: ``temperature > 0`` samples, 0 is greedy."""
-    kwargs: dict[str, Any] = {"num_beams": num_beams, "max_new_tokens": max_new_tokens, "use_cache": True}
-    if temperature > 0:
-        kwargs.update(do_sample=True, temperature=temperature)
-        if top_p is not None:
-            kwargs["top_p"] = top_p
-    else:
-        kwargs["do_sample"] = False
-    return kwargs
 
 
 def image_parser(args: Any) -> list[str]:
@@ -103,18 +74,14 @@ def eval_model(args: Any) -> str:
     prompt = conv.get_prompt()
 
     input_ids = tokenizer_image_token(prompt, tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
-    pixels = process_images(images, image_processor, model.config)
-    if isinstance(pixels, list):
-        pixels = [tensor.to(model.device, dtype=model.dtype) for tensor in pixels]
-    else:
-        pixels = pixels.to(model.device, dtype=model.dtype)
+    pixels, image_sizes = images_to_pixels(images, image_processor, model.config, model.device, model.dtype)
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     output_ids = model.generate(
         input_ids.to(model.device),
         images=pixels,
-        image_sizes=[image.size for image in images],
+        image_sizes=image_sizes,
         pad_token_id=pad_token_id,
-        **generation_kwargs(options["temperature"], options["top_p"], options["num_beams"], options["max_new_tokens"]),
+        **GenerationConfig(options["temperature"], options["top_p"], options["num_beams"], options["max_new_tokens"]).generate_kwargs(),
     )
     answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()
     print(answer)

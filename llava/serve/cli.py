@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
-from llava.eval.run_llava import default_device, image_marker
-from llava.mm_utils import get_model_name_from_path, load_image, tokenizer_image_token
+from llava.eval.generation import default_device
+from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token
 from llava.utils import cli_main, setup_logging
 
 from .generation import prepare_pixels, stream_answer

@@ -19,8 +19,7 @@ import torch
 from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
-from llava.eval.run_llava import image_marker
-from llava.mm_utils import get_model_name_from_path, tokenizer_image_token
+from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token
 
 from .generation import prepare_pixels, stream_answer
 from .images import ImageLimits, decode_base64_image

@@ -19,8 +19,8 @@ from PIL import Image
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from llava.eval.run_llava import generation_kwargs
-from llava.mm_utils import KeywordsStoppingCriteria, process_images
+from llava.eval.generation import GenerationConfig
+from llava.mm_utils import KeywordsStoppingCriteria, images_to_pixels
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +37,7 @@ def prepare_pixels(
         ``(pixels, image_sizes)``: ``[N, 3, H, W]`` (or per-image tensors for anyres) and ``(width, height)``
         per image.
     """
-    pixels = process_images(list(images), image_processor, model.config)
-    if isinstance(pixels, list):
-        pixels = [tensor.to(model.device, dtype=model.dtype) for tensor in pixels]
-    else:
-        pixels = pixels.to(model.device, dtype=model.dtype)
-    return pixels, [image.size for image in images]
+    return images_to_pixels(list(images), image_processor, model.config, model.device, model.dtype)
 
 
 class _StopWhenSet(StoppingCriteria):
@@ -156,7 +151,7 @@ def stream_answer(
         streamer=streamer,
         stopping_criteria=criteria,
         pad_token_id=pad_token_id,
-        **generation_kwargs(temperature, top_p, 1, max_new_tokens),
+        **GenerationConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens).generate_kwargs(),
     )
     failure: list[BaseException] = []
 
