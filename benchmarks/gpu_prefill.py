@@ -19,35 +19,22 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from braco_patch.cost.measure import time_call
+
 
 def matmul_peak_tflops(device: str, size: int, repeats: int = 10) -> float:
-    """Mean bf16 TFLOP/s of ``size``³ matrix products after warm-up (float32 on CPU, where bf16 is emulated)."""
+    """bf16 TFLOP/s of a ``size``³ matrix product, median of ``repeats`` timed calls after warm-up (float32 on CPU,
+    where bf16 is emulated); timed by ``braco cost``'s :func:`time_call` (CUDA events on a GPU)."""
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    if device == "cuda":
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            a @ b
-        end.record()
-        torch.cuda.synchronize()
-        seconds = start.elapsed_time(end) / 1e3
-    else:
-        began = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        seconds = time.perf_counter() - began
-    return 2 * size**3 * repeats / seconds / 1e12
+    timing = time_call(lambda: a @ b, torch.device(device), warmup=3, iters=repeats)
+    return 2 * size**3 / (timing["median_ms"] / 1e3) / 1e12
 
 
 def braco_cost(args: argparse.Namespace, parts: list[str], fast: str, batches: list[int]) -> dict[str, Any]:
