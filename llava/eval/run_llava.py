@@ -81,7 +81,7 @@ def eval_model(args: Any) -> str:
         images=pixels,
         image_sizes=image_sizes,
         pad_token_id=pad_token_id,
-        **GenerationConfig(options["temperature"], options["top_p"], options["num_beams"], options["max_new_tokens"]).generate_kwargs(),
+        **GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")}).generate_kwargs(),
     )
     answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()
     print(answer)
