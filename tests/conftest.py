@@ -1,4 +1,4 @@
-"""Session-wide tiny models, built once per test run with ``llava.model.tiny`` and saved to a temp dir.
+"""Session-wide tiny models, built once per test run with ``llava.testing.tiny`` and saved to a temp dir.
 
 Everything is loaded back through the same code a user runs with released weights (``load_pretrained_model``),
 so the fixtures are directories, not in-memory objects.
@@ -77,14 +77,14 @@ def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tiny_root: Path) -> Path:
-    from llava.model.tiny import train_tiny_tokenizer
+    from llava.testing.tiny import train_tiny_tokenizer
 
     return train_tiny_tokenizer(tiny_root / "tokenizer")
 
 
 @pytest.fixture(scope="session")
 def tiny_tower_dir(tiny_root: Path) -> Path:
-    from llava.model.tiny import build_tiny_clip_tower
+    from llava.testing.tiny import build_tiny_clip_tower
 
     return build_tiny_clip_tower(tiny_root / "clip-tiny", image_size=TOWER_IMAGE_SIZE, patch_size=TOWER_PATCH_SIZE)
 
@@ -96,7 +96,7 @@ def tiny_llava_checkpoint(tiny_root: Path, tiny_tower_dir: Path, tiny_tokenizer_
     Each distinct argument set is built once per session; the directory name starts with ``llava-`` so the
     loader's name rules pick the full-checkpoint path.
     """
-    from llava.model.tiny import build_tiny_llava_checkpoint
+    from llava.testing.tiny import build_tiny_llava_checkpoint
 
     built: dict[str, Path] = {}
 
@@ -118,7 +118,7 @@ def tiny_llava_checkpoint(tiny_root: Path, tiny_tower_dir: Path, tiny_tokenizer_
 @pytest.fixture(scope="session")
 def tiny_base_llm(tiny_root: Path, tiny_tokenizer_dir: Path) -> Path:
     """A plain LLaMA checkpoint (the Vicuna stand-in that stage-1 outputs are loaded onto)."""
-    from llava.model.tiny import build_tiny_llm
+    from llava.testing.tiny import build_tiny_llm
 
     return build_tiny_llm(tiny_root / "vicuna-tiny", tiny_tokenizer_dir)
 
@@ -126,7 +126,7 @@ def tiny_base_llm(tiny_root: Path, tiny_tokenizer_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_projector_checkpoint(tiny_root: Path, tiny_base_llm: Path, tiny_tower_dir: Path) -> CheckpointFactory:
     """``factory(projector_type="mlp2x_gelu", file_format="bin") -> stage-1 dir`` (config.json + mm_projector.*)."""
-    from llava.model.tiny import build_tiny_projector_checkpoint
+    from llava.testing.tiny import build_tiny_projector_checkpoint
 
     built: dict[tuple[str, str], Path] = {}
 

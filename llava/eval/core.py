@@ -10,7 +10,7 @@ everything else:
   is produced, and a half-written last line left by a killed run is dropped; a sidecar
   ``<answers>.meta.json`` records the model and settings that produced the answers, and resuming with
   others is refused, naming ``--overwrite`` (see :mod:`llava.eval.provenance`);
-* batched greedy or sampled generation (``--batch-size``) with left padding (:mod:`llava.eval.generation`);
+* batched greedy or sampled generation (``--batch-size``) with left padding (:mod:`llava.generation`);
 * the answers JSONL with upstream's fields (``question_id, prompt, text, answer_id, model_id, metadata``
   plus a loader's extras such as MMBench's ``round_id, options, option_char``);
 * device and dtype: ``--device`` (default ``cuda`` when available, else ``cpu``), float16 on CUDA and
@@ -41,8 +41,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from llava.eval.files import check_outputs, load_questions
-# Generation lives in llava.eval.generation; its names stay importable from here, where loaders and tests use them.
-from llava.eval.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
+# Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
+from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
 from llava.eval.provenance import Provenance, producer_record
 from llava.mm_utils import get_model_name_from_path, load_image, load_image_from_base64
 from llava.utils import UserError, setup_logging

@@ -13,16 +13,13 @@ Formats (upstream LLaVA's, see ``llava-interface.md`` section 8):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
-from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, Iterable
+from typing import Any, Iterable
 
-from llava.utils import UserError
+from llava.outputs import atomic_output, check_outputs, same_file, write_json, write_text
 
 PathLike = str | os.PathLike[str]
 
@@ -164,75 +161,6 @@ def load_questions(path: PathLike) -> list[dict[str, Any]]:
     if not questions:
         raise ValueError(f"question file {_describe(path)} contains no questions")
     return questions
-
-
-def same_file(first: PathLike, second: PathLike) -> bool:
-    """Whether two paths name the same file, whatever their spelling (``./a``, ``~``, symlinks, hard links)."""
-    one = os.path.realpath(os.path.expanduser(os.fspath(first)))
-    two = os.path.realpath(os.path.expanduser(os.fspath(second)))
-    if one == two:
-        return True
-    try:
-        return os.path.samefile(one, two)
-    except OSError:  # one of them does not exist yet, so they differ
-        return False
-
-
-def check_outputs(inputs: Mapping[str, PathLike | None], outputs: Mapping[str, PathLike | None]) -> None:
-    """Refuse a command line whose output file is one of its input files (it would be overwritten).
-
-    Args:
-        inputs: Flag name -> input path (``None`` entries are ignored).
-        outputs: Flag name -> output path.
-
-    Raises:
-        UserError: Naming both flags and the path.
-    """
-    for out_flag, out_path in outputs.items():
-        if out_path is None:
-            continue
-        for in_flag, in_path in inputs.items():
-            if in_path is not None and same_file(in_path, out_path):
-                raise UserError(
-                    f"{out_flag} {os.fspath(out_path)!r} is the same file as {in_flag} {os.fspath(in_path)!r}; "
-                    f"writing it would destroy the input, so pass another {out_flag}"
-                )
-
-
-@contextlib.contextmanager
-def atomic_output(path: PathLike, mode: str = "w") -> Iterator[IO[Any]]:
-    """Open a temporary file next to ``path``; on success it replaces ``path`` in one step.
-
-    A run that fails or is killed midway leaves ``path`` as it was (never half-written).
-
-    Args:
-        path: The final file; its parent folder is created.
-        mode: ``"w"`` (UTF-8 text) or ``"wb"``.
-    """
-    target = Path(os.path.expanduser(os.fspath(path)))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(descriptor, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
-            yield handle
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def write_text(path: PathLike, text: str) -> Path:
-    """Write UTF-8 text atomically (see :func:`atomic_output`), creating the parent directory."""
-    with atomic_output(path) as handle:
-        handle.write(text)
-    return Path(os.path.expanduser(os.fspath(path)))
-
-
-def write_json(path: PathLike, payload: Any, *, indent: int | None = 2) -> Path:
-    """Write JSON atomically (see :func:`atomic_output`), creating the parent directory."""
-    text = json.dumps(payload, indent=indent, ensure_ascii=False)
-    return write_text(path, text + ("\n" if indent is not None else ""))
 
 
 def write_score(

@@ -16,7 +16,7 @@ from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
 from llava.conversation import conv_templates, resolve_conv_mode
-from llava.eval.generation import GenerationConfig, default_device
+from llava.generation import GenerationConfig, default_device
 from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, load_image, tokenizer_image_token
 from llava.utils import cli_main, setup_logging
 

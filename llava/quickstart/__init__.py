@@ -4,7 +4,7 @@
 
 1. :mod:`.scenes` draws a visual-QA dataset of synthetic scenes with known answers;
 2. :mod:`.run` builds a tiny LLaVA for ``--backbone`` (:mod:`.backbones`: CLIP + LLaMA, or SigLIP + Qwen2; a
-   locally trained tokenizer) with :mod:`llava.model.tiny`, trains stage 1 and stage 2 through ``llava.train.train`` for each projector and
+   locally trained tokenizer) with :mod:`llava.testing.tiny`, trains stage 1 and stage 2 through ``llava.train.train`` for each projector and
    answers the held-out questions with ``llava.eval.model_vqa_loader``;
 3. :mod:`.report` scores the answers and writes the table, ``results.json`` and ``quickstart.png``.
 

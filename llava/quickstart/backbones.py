@@ -3,11 +3,11 @@
 A backbone is a row of :data:`BACKBONES`, resolved through the registries rather than by its name:
 
 * ``tower_dir`` / ``llm_dir``: folder names under ``models/``;
-* ``tower_kind``: a key of :data:`llava.model.tiny.TINY_TOWER_BUILDERS`; the saved tower's ``model_type`` selects
+* ``tower_kind``: a key of :data:`llava.testing.tiny.TINY_TOWER_BUILDERS`; the saved tower's ``model_type`` selects
   its class in the vision-tower registry (CLIP drops its CLS token, SigLIP has none);
-* ``llm``: a plain LLM ``model_type`` (a key of :data:`llava.model.tiny.TINY_LLM_CONFIG_KEYS`); the language-model
+* ``llm``: a plain LLM ``model_type`` (a key of :data:`llava.testing.tiny.TINY_LLM_CONFIG_KEYS`); the language-model
   registry maps it to its LLaVA class (``llama`` → ``llava_llama``, ``qwen2`` → ``llava_qwen``), and
-  :data:`llava.model.tiny.TINY_TOKENIZER_BUILDERS` to its tokenizer;
+  :data:`llava.testing.tiny.TINY_TOKENIZER_BUILDERS` to its tokenizer;
 * ``llm_dir`` is named after the release the tiny model stands in for, so that the
   one model-name rule (:func:`llava.conversation.template_for_model`) gives the stage-2 and answering template
   (``vicuna-tiny`` → ``vicuna_v1``, upstream's ``--version v1``; ``qwen2.5-tiny`` → ``qwen_1_5``).

@@ -117,7 +117,7 @@ class Models:
 
 def build_models(root: Path, config: QuickstartConfig) -> Models:
     """The backbone's tokenizer trained on the quickstart's texts, its random tower and its random LLM."""
-    from llava.model.tiny import build_tiny_llm, build_tiny_vision_tower, train_tiny_tokenizer_for
+    from llava.testing.tiny import build_tiny_llm, build_tiny_vision_tower, train_tiny_tokenizer_for
 
     backbone = resolve_backbone(config.backbone)
     tokenizer = train_tiny_tokenizer_for(

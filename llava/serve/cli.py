@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
-from llava.eval.generation import default_device
+from llava.generation import default_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token
 from llava.utils import cli_main, setup_logging
 

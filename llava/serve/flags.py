@@ -26,7 +26,7 @@ def add_bind_flags(parser: argparse.ArgumentParser, port: int | None) -> None:
 def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     """``--model-path --model-base --model-name --device --load-8bit --load-4bit --use-flash-attn``, and
     ``--limit-model-concurrency``."""
-    from llava.eval.generation import default_device
+    from llava.generation import default_device
 
     add_flag(parser, "--model-path", type=str, required=required, default=None if required else "facebook/opt-350m")
     add_flag(parser, "--model-base", type=str, default=None)

@@ -19,7 +19,7 @@ from PIL import Image
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from llava.eval.generation import GenerationConfig
+from llava.generation import GenerationConfig
 from llava.mm_utils import KeywordsStoppingCriteria, images_to_pixels
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Tokenizers for the template tests, besides the session's sentencepiece LLaMA one (tests/conftest.py).
 
-- ``tiny_qwen_tokenizer_dir``: ``llava.model.tiny.train_tiny_qwen_tokenizer``'s Qwen2-style byte-level BPE (NFC,
+- ``tiny_qwen_tokenizer_dir``: ``llava.testing.tiny.train_tiny_qwen_tokenizer``'s Qwen2-style byte-level BPE (NFC,
   Qwen2's pre-tokenizer split pattern, no BOS) with Qwen2's first three special tokens ``<|endoftext|>`` (pad),
   ``<|im_start|>``, ``<|im_end|>`` (eos).
 - ``tiny_chatml_llama_tokenizer_dir``: the LLaMA tokenizer plus ``<|im_start|>``/``<|im_end|>`` as special tokens,
@@ -20,7 +20,7 @@ CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 @pytest.fixture(scope="session")
 def tiny_qwen_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from llava.model.tiny import train_tiny_qwen_tokenizer
+    from llava.testing.tiny import train_tiny_qwen_tokenizer
 
     return train_tiny_qwen_tokenizer(tmp_path_factory.mktemp("qwen_tokenizer"))
 
@@ -46,7 +46,7 @@ def tiny_qwen_siglip_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_q
     tiny SigLIP tower, built once per projector type; its name holds ``qwen`` so that the one model-name rule
     (``template_for_model``) picks ``qwen_1_5`` for it. The LM head is untied (as in Qwen2.5-7B): a random *tied*
     Qwen2 repeats the prompt's last token, ChatML's newline, so every greedy answer would be empty."""
-    from llava.model.tiny import build_tiny_llava_checkpoint, build_tiny_vision_tower
+    from llava.testing.tiny import build_tiny_llava_checkpoint, build_tiny_vision_tower
 
     root = tmp_path_factory.mktemp("qwen_siglip")
     tower = build_tiny_vision_tower("siglip_vision_model", root / "siglip-tiny", image_size=SIGLIP_IMAGE_SIZE,

@@ -74,7 +74,7 @@ def test_lmms_eval_scores_a_tiny_braco_checkpoint(tmp_path: Path, tiny_tower_dir
     python = os.environ.get("LMMS_EVAL_PYTHON", sys.executable)
     if python == sys.executable and importlib.util.find_spec("lmms_eval") is None:
         pytest.fail("lmms-eval is not installed here; run `make lmms-eval-check` (or set LMMS_EVAL_PYTHON)")
-    from llava.model.tiny import build_tiny_llava_checkpoint
+    from llava.testing.tiny import build_tiny_llava_checkpoint
 
     checkpoint = build_tiny_llava_checkpoint(tmp_path / "llava-tiny-braco", tiny_tower_dir, tiny_tokenizer_dir,
                                              projector_type="braco_c2s5")

@@ -299,7 +299,7 @@ def test_fouriervlm_tokens_equal_a_float64_dct_lowpass(tiny_llava_checkpoint, tm
 
 @pytest.fixture(scope="module")
 def siglip_tower_dir(tmp_path_factory) -> Path:
-    from llava.model.tiny import build_tiny_siglip_tower
+    from llava.testing.tiny import build_tiny_siglip_tower
 
     return build_tiny_siglip_tower(tmp_path_factory.mktemp("siglip") / "siglip-tiny")  # 54 px / 6 → 9x9, no CLS
 
@@ -314,7 +314,7 @@ def _eager_tower(tower_dir: Path, kind: str):
 @pytest.mark.parametrize("kind", ["clip", "siglip"])
 @pytest.mark.parametrize("name", ["prumerge_k4", "prumerge_plus_k9", "tokenpacker_k9", "quecc_k9"])
 def test_tower_paths_match_an_independent_eager_forward(kind, name, tmp_path, tiny_tower_dir, siglip_tower_dir, tiny_tokenizer_dir, tiny_image_file):
-    from llava.model.tiny import build_tiny_llava_checkpoint
+    from llava.testing.tiny import build_tiny_llava_checkpoint
 
     tower_dir = tiny_tower_dir if kind == "clip" else siglip_tower_dir
     if name == "quecc_k9" and kind == "clip":
@@ -358,7 +358,7 @@ def test_tower_paths_match_an_independent_eager_forward(kind, name, tmp_path, ti
 
 
 def test_regional_budget_that_does_not_fit_the_grid_is_one_sentence(tmp_path, siglip_tower_dir, tiny_tokenizer_dir):
-    from llava.model.tiny import build_tiny_llava_checkpoint
+    from llava.testing.tiny import build_tiny_llava_checkpoint
 
     with pytest.raises(ValueError) as err:
         build_tiny_llava_checkpoint(tmp_path / "llava-tp", siglip_tower_dir, tiny_tokenizer_dir, projector_type="tokenpacker_k4")
@@ -418,7 +418,7 @@ def test_serves_in_the_demo_with_its_panel(name, loaded_baselines, tiny_image_fi
 @pytest.fixture(scope="module")
 def clip_24_dir(tmp_path_factory) -> Path:
     """A CLIP tower with the paper's 24x24 grid (48 px, patch 2) and 24 layers' worth of nothing else: config only matters."""
-    from llava.model.tiny import build_tiny_clip_tower
+    from llava.testing.tiny import build_tiny_clip_tower
 
     return build_tiny_clip_tower(tmp_path_factory.mktemp("clip24") / "clip", image_size=48, patch_size=2, hidden=8, heads=1)
 

@@ -164,7 +164,7 @@ def test_towers_come_from_the_llava_registry(image_folder, tmp_path, monkeypatch
 
     from llava.model.multimodal_encoder import SiglipVisionTower
     from llava.model.multimodal_encoder import registry
-    from llava.model.tiny import build_tiny_siglip_tower
+    from llava.testing.tiny import build_tiny_siglip_tower
 
     folder = build_tiny_siglip_tower(tmp_path / "siglip", image_size=54, patch_size=6, full_model=True)
     tower = load_tower(folder)

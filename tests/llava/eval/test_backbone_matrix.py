@@ -39,7 +39,7 @@ PAIRS += [("mistral", "clip", projector) for projector in BASELINES_K9]
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory, tiny_tokenizer_dir, tiny_qwen_tokenizer_dir, tiny_tower_dir) -> dict:
-    from llava.model.tiny import build_tiny_llm, build_tiny_siglip2_tower, build_tiny_siglip_tower
+    from llava.testing.tiny import build_tiny_llm, build_tiny_siglip2_tower, build_tiny_siglip_tower
 
     root = tmp_path_factory.mktemp("matrix")
     tokenizers = {"llama": tiny_tokenizer_dir, "mistral": tiny_tokenizer_dir, "qwen2": tiny_qwen_tokenizer_dir}

@@ -41,7 +41,7 @@ def _image(size: tuple[int, int]) -> Image.Image:
 def models(tmp_path_factory, tiny_tokenizer_dir):
     """``get(tower, projector)`` → a loaded tiny LLaVA on a one-layer full-resolution tower, built with spatial_unpad
     (so it has image_newline); tests switch ``mm_patch_merge_type`` and the aspect settings on its config."""
-    from llava.model.tiny import build_tiny_clip_tower, build_tiny_llava_checkpoint, build_tiny_siglip_tower
+    from llava.testing.tiny import build_tiny_clip_tower, build_tiny_llava_checkpoint, build_tiny_siglip_tower
 
     root = tmp_path_factory.mktemp("anyres_tokens")
     towers = {

@@ -15,7 +15,7 @@ import torch
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessorList, StoppingCriteriaList
 
 from llava.model.greedy import GreedyPlan, greedy_decode, greedy_plan
-from llava.model.tiny import build_tiny_llava_checkpoint
+from llava.testing.tiny import build_tiny_llava_checkpoint
 
 from ._support import QUESTIONS, left_pad, load, make_images, pixels, prompt_ids
 

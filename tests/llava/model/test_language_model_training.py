@@ -28,7 +28,7 @@ def _with_version(argv: list[str], version: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=list(RECIPES))
 def two_stages(request, tmp_path_factory, tiny_tokenizer_dir, tiny_qwen_tokenizer_dir, tiny_tower_dir, train_data):  # noqa: F811
-    from llava.model.tiny import build_tiny_llm
+    from llava.testing.tiny import build_tiny_llm
     from llava.train.train import train
 
     llm = request.param

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from llava.constants import IGNORE_INDEX, IMAGE_TOKEN_INDEX
 from llava.model.language_model.registry import list_language_models, register_language_model, resolve_language_model
-from llava.model.tiny import (
+from llava.testing.tiny import (
     build_tiny_llava_checkpoint,
     build_tiny_llm,
     build_tiny_projector_checkpoint,
@@ -306,7 +306,7 @@ def qwen3_registered():
 
 
 def test_a_newly_registered_llm_loads_and_generates_with_no_other_change(qwen3_registered, towers, tokenizers, tmp_path) -> None:
-    from llava.model.tiny import _multimodal_keys
+    from llava.testing.tiny import _multimodal_keys
 
     entry = qwen3_registered
     tokenizer_dir = tokenizers["qwen2"]

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from llava.mm_utils import get_model_name_from_path
 from llava.model.builder import load_pretrained_model, resolve_placement
 from llava.model.multimodal_encoder.builder import build_vision_tower
-from llava.model.tiny import build_tiny_clip_tower, build_tiny_siglip_tower
+from llava.testing.tiny import build_tiny_clip_tower, build_tiny_siglip_tower
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from transformers import Qwen2Config, Qwen2ForCausalLM, SiglipVisionModel
 
 from llava.constants import IMAGE_TOKEN_INDEX
-from llava.model.tiny import build_tiny_siglip_tower
+from llava.testing.tiny import build_tiny_siglip_tower
 
 from ._support import load, make_images, prompt_ids
 

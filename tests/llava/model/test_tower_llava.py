@@ -12,7 +12,7 @@ from transformers import SiglipVisionModel
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.model.multimodal_encoder import SiglipVisionTower
-from llava.model.tiny import build_tiny_llava_checkpoint, build_tiny_vision_tower
+from llava.testing.tiny import build_tiny_llava_checkpoint, build_tiny_vision_tower
 
 from ._support import BRACO, load, make_images, pixels, prompt_ids
 

@@ -28,7 +28,7 @@ from llava.model.multimodal_encoder import (
     tower_model_type,
 )
 from llava.model.multimodal_encoder import registry as tower_registry
-from llava.model.tiny import build_tiny_vision_tower
+from llava.testing.tiny import build_tiny_vision_tower
 
 from ._towers import offline_hub  # noqa: F401  (fixture)
 

@@ -1,15 +1,16 @@
-"""Generation for the ``model_vqa*`` loaders: a loaded checkpoint wrapped with its conversation template.
+"""Generation rules shared by evaluation and serving (both import this module; neither imports the other).
 
 :class:`LlavaGenerator` builds upstream's prompts (image markers, the template), batches them with left padding
 and decodes greedy or sampled answers; :func:`load_generator` loads a checkpoint through
 ``load_pretrained_model`` on a device (float16 on CUDA, float32 elsewhere). :mod:`llava.eval.core` runs the
-question loop around it and re-exports these names. :class:`GenerationConfig` (upstream's sampling options) and
-:func:`default_device` also serve ``run_llava`` and the serving stack.
+question loop around it. :class:`GenerationConfig` (upstream's sampling options) and :func:`default_device` also
+serve ``run_llava`` and the serving stack.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -20,6 +21,7 @@ from PIL import Image
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
 from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, tokenizer_image_token
+from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +32,27 @@ def default_device() -> str:
 
 
 def resolve_device(device: str | None) -> str:
-    """``device`` as given, or :func:`default_device`."""
-    return device or default_device()
+    """``device`` as given (checked), or :func:`default_device` when ``None``.
+
+    Raises:
+        UserError: For a name torch does not know, or a CUDA device on a machine without one (a run must never
+            fall back to the CPU without a word).
+    """
+    if device is None or device == "":
+        return default_device()
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise UserError(f"--device {device!r} is not a device name; use cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(
+                f"--device {device} needs a GPU and a CUDA build of PyTorch; this machine has none "
+                f"(torch {torch.__version__}); pass --device cpu"
+            )
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise UserError(f"--device {device} names GPU {parsed.index}, but this machine has {torch.cuda.device_count()}")
+    return device
 
 
 def default_dtype(device: str) -> torch.dtype:
@@ -48,6 +69,10 @@ class GenerationConfig:
     num_beams: int = 1
     max_new_tokens: int = 1024
 
+    def __post_init__(self) -> None:
+        """Check the values before any model loads (one sentence naming the flag and what is accepted)."""
+        check_generation_values(self.temperature, self.top_p, self.num_beams, self.max_new_tokens)
+
     def generate_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens, "use_cache": True}
         if self.temperature > 0:
@@ -57,6 +82,31 @@ class GenerationConfig:
         else:
             kwargs["do_sample"] = False
         return kwargs
+
+
+def check_generation_values(temperature: Any, top_p: Any, num_beams: Any, max_new_tokens: Any) -> None:
+    """The one check of upstream's decoding flags, shared by the loaders, ``run_llava`` and the serving stack.
+
+    Raises:
+        UserError: ``--temperature`` not a finite number >= 0; ``--top_p`` not in (0, 1]; ``--num_beams`` not an
+            integer >= 1; ``--max_new_tokens`` not an integer >= 1.
+    """
+    if not _is_number(temperature) or not math.isfinite(temperature) or temperature < 0:
+        raise UserError(f"--temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
+        raise UserError(f"--top_p must be a number in (0, 1], got {top_p!r}")
+    if not _is_integer(num_beams) or num_beams < 1:
+        raise UserError(f"--num_beams must be an integer >= 1, got {num_beams!r}")
+    if not _is_integer(max_new_tokens) or max_new_tokens < 1:
+        raise UserError(f"--max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class LlavaGenerator:
@@ -164,4 +214,7 @@ def _conv_mode_for(model_name: str, conv_mode: str) -> str:
     return tagged
 
 
-__all__ = ["GenerationConfig", "LlavaGenerator", "default_device", "default_dtype", "load_generator", "resolve_device"]
+__all__ = [
+    "GenerationConfig", "LlavaGenerator", "check_generation_values", "default_device", "default_dtype", "load_generator",
+    "resolve_device",
+]

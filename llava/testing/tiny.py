@@ -12,7 +12,7 @@ Typical use::
     tower = build_tiny_clip_tower(root / "clip", image_size=48, patch_size=8)  # 6x6 patch grid
     ckpt = build_tiny_llava_checkpoint(root / "llava-tiny", tower, tokenizer, projector_type="mlp2x_gelu")
 
-Tokenizers: :mod:`llava.model.tiny_tokenizers`; towers: :mod:`llava.model.tiny_towers`; LLMs and LLaVA
+Tokenizers: :mod:`llava.testing.tiny_tokenizers`; towers: :mod:`llava.testing.tiny_towers`; LLMs and LLaVA
 checkpoints: here.
 """
 
@@ -145,8 +145,8 @@ def _llm_config_kwargs(
 
 def _multimodal_keys(tower_dir: PathLike, projector_type: str, extra_config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Upstream's ``mm_*`` keys (as in the released LLaVA-1.5 config.json) for a tower directory."""
-    from .multimodal_encoder.builder import tower_model_type
-    from .multimodal_encoder.registry import resolve_vision_tower
+    from llava.model.multimodal_encoder.builder import tower_model_type
+    from llava.model.multimodal_encoder.registry import resolve_vision_tower
 
     name = os.fspath(tower_dir)
     tower = resolve_vision_tower(tower_model_type(name), source=name).config_class.from_pretrained(name)
@@ -224,7 +224,7 @@ def build_tiny_llm(
 
 def _llava_entry(llm: str, model_type: str | None) -> Any:
     """The registry entry for ``llm`` and the ``model_type`` to write (its own, or one of its aliases)."""
-    from .language_model.registry import resolve_language_model
+    from llava.model.language_model.registry import resolve_language_model
 
     _check_llm(llm)
     entry = resolve_language_model(llm)
@@ -315,8 +315,8 @@ def build_tiny_projector_checkpoint(
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from .language_model.registry import language_model_for_checkpoint
-    from .multimodal_projector.builder import build_vision_projector
+    from llava.model.language_model.registry import language_model_for_checkpoint
+    from llava.model.multimodal_projector.builder import build_vision_projector
 
     if file_format not in ("bin", "safetensors"):
         raise ValueError(f"unknown file_format {file_format!r}; expected 'bin' or 'safetensors'")

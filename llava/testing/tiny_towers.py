@@ -1,5 +1,5 @@
 """Tiny random vision towers (CLIP, SigLIP, fixed-resolution SigLIP2) saved with ``save_pretrained`` (part of
-:mod:`llava.model.tiny`)."""
+:mod:`llava.testing.tiny`)."""
 
 from __future__ import annotations
 

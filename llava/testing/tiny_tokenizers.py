@@ -1,4 +1,4 @@
-"""Tiny tokenizers trained in-process and saved in upstream's formats (part of :mod:`llava.model.tiny`).
+"""Tiny tokenizers trained in-process and saved in upstream's formats (part of :mod:`llava.testing.tiny`).
 
 A LLaMA/Vicuna-style sentencepiece model (``tokenizer.model``, pad = unk) and a Qwen2-style byte-level BPE
 (``tokenizer.json`` with ChatML's special tokens), both loadable with ``AutoTokenizer.from_pretrained``.

@@ -1,0 +1,383 @@
+"""The output guard: the one rule that every command which writes files follows.
+
+1. **Validate before writing.** :func:`guard_outputs` checks, before any heavy work and before anything is
+   touched, that every output can be written: no output is one of the command's inputs (or a folder holding
+   them), a file output is not a folder, its folder is writable and its disk not full, and a folder output is
+   empty, absent or one this project made (it carries :data:`MARKER`).
+2. **Write atomically, with the user's umask.** :func:`atomic_output` writes a file next to the target and
+   renames it over the target only when the write finished; :func:`atomic_folder` does the same for a folder.
+   The new file gets the permissions an ordinary ``open(path, "w")`` would give (``0666 & ~umask``), not
+   ``mkstemp``'s 0600.
+3. **Replace old results only once new ones exist.** Both context managers leave the old file or folder as it
+   was when the block fails or the process is killed.
+4. **Never truncate long or paid work.** :func:`set_aside` moves damaged lines of a resumable JSONL file into
+   ``<file>.rejected`` (appended, never overwritten) and rewrites the file with the intact lines only.
+
+Errors are :class:`~llava.utils.UserError` sentences naming the flag, the path and the fix. Nothing here imports
+torch, so scorers and converters use it on machines without a model stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from llava.utils import UserError
+
+PathLike = str | os.PathLike[str]
+
+#: The file that marks a folder as written by one of this project's commands (so a re-run may replace it).
+MARKER = ".llava-output"
+
+#: Suffix of the file that keeps the damaged lines of a resumable JSONL output.
+REJECTED_SUFFIX = ".rejected"
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _path(path: PathLike) -> Path:
+    return Path(os.path.expanduser(os.fspath(path)))
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it, under a lock)."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def same_file(first: PathLike, second: PathLike) -> bool:
+    """Whether two paths name the same file or folder, whatever their spelling (``./a``, ``~``, links)."""
+    one, two = os.path.realpath(_path(first)), os.path.realpath(_path(second))
+    if one == two:
+        return True
+    try:
+        return os.path.samefile(one, two)
+    except OSError:  # one of them does not exist yet, so they differ
+        return False
+
+
+def _inside(path: PathLike, folder: PathLike) -> bool:
+    """Whether ``path`` lies inside (or is) ``folder``, after resolving links."""
+    inner, outer = os.path.realpath(_path(path)), os.path.realpath(_path(folder))
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def check_outputs(inputs: Mapping[str, PathLike | None], outputs: Mapping[str, PathLike | None]) -> None:
+    """Refuse an output that is one of the inputs, or a folder that holds one of them.
+
+    Args:
+        inputs: Flag name (or a description) -> a path the command reads; ``None`` entries are ignored.
+        outputs: Flag name -> a path the command writes.
+
+    Raises:
+        UserError: Naming both flags and the path.
+    """
+    for out_flag, out_path in outputs.items():
+        if out_path is None:
+            continue
+        for in_flag, in_path in inputs.items():
+            if in_path is None:
+                continue
+            if same_file(in_path, out_path) or (_path(out_path).is_dir() and _inside(in_path, out_path)):
+                raise UserError(
+                    f"{out_flag} {os.fspath(out_path)!r} is {'the same file as' if same_file(in_path, out_path) else 'a folder holding'} "
+                    f"{in_flag} {os.fspath(in_path)!r}; writing it would destroy the input, so pass another {out_flag}"
+                )
+
+
+def _nearest_existing(path: Path) -> Path:
+    current = path
+    while not current.exists():
+        if current.parent == current:
+            break
+        current = current.parent
+    return current
+
+
+def _check_writable_folder(folder: Path, flag: str, shown: PathLike) -> None:
+    """Raise ``UserError`` unless a file can be created in ``folder`` (or the nearest folder that exists)."""
+    base = _nearest_existing(folder)
+    if not base.is_dir():
+        raise UserError(f"{flag} {os.fspath(shown)!r} cannot be written: {os.fspath(base)!r} is a file, not a folder")
+    try:
+        descriptor, probe = tempfile.mkstemp(prefix=".llava-write-probe.", dir=base)
+    except OSError as error:
+        raise UserError(f"{flag} {os.fspath(shown)!r} cannot be written ({_reason(error)}); choose a writable location") from None
+    os.close(descriptor)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    try:
+        free = shutil.disk_usage(base).free
+    except OSError:
+        return
+    if free == 0:
+        raise UserError(f"{flag} {os.fspath(shown)!r} cannot be written: the disk holding {os.fspath(base)!r} is full")
+
+
+def _reason(error: OSError) -> str:
+    if error.errno == errno.EROFS:
+        return "read-only file system"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if error.errno == errno.ENOSPC:
+        return "no space left on the device"
+    return error.strerror or type(error).__name__
+
+
+def check_output_file(path: PathLike, flag: str) -> Path:
+    """Check that ``path`` can be written as a file: it is not a folder and its folder is writable.
+
+    Returns:
+        The expanded path.
+
+    Raises:
+        UserError: One sentence naming the flag, the path and why.
+    """
+    target = _path(path)
+    if target.is_dir():
+        raise UserError(f"{flag} {os.fspath(path)!r} is a folder; pass a file path")
+    _check_writable_folder(target.parent, flag, path)
+    return target
+
+
+def is_ours(folder: PathLike) -> bool:
+    """Whether ``folder`` was written by one of this project's commands (it holds :data:`MARKER`)."""
+    return (_path(folder) / MARKER).is_file()
+
+
+def check_output_folder(path: PathLike, flag: str, *, allow: Iterable[str] = ()) -> Path:
+    """Check that ``path`` can be written as a folder that this command owns.
+
+    Accepted: a path that does not exist, an empty folder, or a folder holding :data:`MARKER` (written by an
+    earlier run of one of our commands). ``allow`` names entries that may be present besides those (for
+    example the ``checkpoint-*`` folders a resumed training run continues from; shell-style patterns).
+
+    Raises:
+        UserError: For a file, a non-empty folder this project did not make, or a place that cannot be written.
+    """
+    import fnmatch
+
+    target = _path(path)
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{flag} {os.fspath(path)!r} is a file; pass a folder path")
+    if target.is_dir() and not is_ours(target):
+        foreign = sorted(entry.name for entry in target.iterdir() if not any(fnmatch.fnmatch(entry.name, p) for p in allow))
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise UserError(
+                f"{flag} {os.fspath(path)!r} already holds files this command did not write ({shown}); "
+                f"choose an empty or new folder so nothing of yours is overwritten"
+            )
+    _check_writable_folder(target, flag, path)
+    return target
+
+
+def guard_outputs(
+    *,
+    inputs: Mapping[str, PathLike | None] | None = None,
+    files: Mapping[str, PathLike | None] | None = None,
+    folders: Mapping[str, PathLike | None] | None = None,
+) -> None:
+    """The up-front check of a command that writes: call it after parsing flags, before any heavy work.
+
+    Args:
+        inputs: Flag -> path the command reads (files or folders).
+        files: Flag -> file the command writes.
+        folders: Flag -> folder the command writes (see :func:`check_output_folder`).
+
+    Raises:
+        UserError: The first problem found, as one sentence.
+    """
+    inputs = dict(inputs or {})
+    files = {flag: path for flag, path in (files or {}).items() if path is not None}
+    folders = {flag: path for flag, path in (folders or {}).items() if path is not None}
+    check_outputs(inputs, {**files, **folders})
+    for flag, path in files.items():
+        check_output_file(path, flag)
+    for flag, path in folders.items():
+        check_output_folder(path, flag)
+
+
+def _apply_umask(path: PathLike, directory: bool = False) -> None:
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
+@contextlib.contextmanager
+def atomic_output(path: PathLike, mode: str = "w") -> Iterator[IO[Any]]:
+    """Write ``path`` through a temporary file next to it that replaces ``path`` only when the block succeeds.
+
+    A run that fails or is killed midway leaves ``path`` as it was. The file gets the permissions of a plain
+    ``open(path, "w")`` under the current umask.
+
+    Args:
+        path: The final file; its parent folder is created.
+        mode: ``"w"`` (UTF-8 text) or ``"wb"``.
+
+    Raises:
+        UserError: If the folder cannot be written or the disk fills up (the old file stays).
+    """
+    target = _path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as error:
+        raise UserError(f"cannot write {os.fspath(path)!r} ({_reason(error)}); choose a writable location") from None
+    try:
+        with os.fdopen(descriptor, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+            yield handle
+        _apply_umask(temporary)
+        os.replace(temporary, target)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if error.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+            raise UserError(f"cannot write {os.fspath(path)!r} ({_reason(error)}); it was left as it was") from None
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_text(path: PathLike, text: str) -> Path:
+    """Write UTF-8 text atomically (see :func:`atomic_output`)."""
+    with atomic_output(path) as handle:
+        handle.write(text)
+    return _path(path)
+
+
+def write_json(path: PathLike, payload: Any, *, indent: int | None = 2) -> Path:
+    """Write JSON atomically (see :func:`atomic_output`)."""
+    text = json.dumps(payload, indent=indent, ensure_ascii=False)
+    return write_text(path, text + ("\n" if indent is not None else ""))
+
+
+@contextlib.contextmanager
+def atomic_folder(path: PathLike, *, command: str) -> Iterator[Path]:
+    """Build a folder under a temporary name next to ``path``; it replaces ``path`` only when the block succeeds.
+
+    The block writes into the yielded temporary folder. On success the folder gets :data:`MARKER` (naming
+    ``command``), an old folder at ``path`` is moved aside, the new one renamed into place and the old one
+    removed. On failure the temporary folder is removed and ``path`` is untouched. Call
+    :func:`check_output_folder` first: this function does not judge whether replacing ``path`` is allowed.
+
+    Yields:
+        The temporary folder to write into.
+    """
+    target = _path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as error:
+        raise UserError(f"cannot write {os.fspath(path)!r} ({_reason(error)}); choose a writable location") from None
+    try:
+        _apply_umask(staging, directory=True)
+        yield staging
+        (staging / MARKER).write_text(f"written by {command}; a re-run of it may replace this folder\n", encoding="utf-8")
+        old = None
+        if target.exists():
+            old = target.parent / f".{target.name}.old-{os.getpid()}"
+            os.replace(target, old)
+        os.replace(staging, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def rejected_path(path: PathLike) -> Path:
+    """Where :func:`set_aside` keeps the damaged lines of ``path``."""
+    return Path(os.fspath(_path(path)) + REJECTED_SUFFIX)
+
+
+def set_aside(path: PathLike, keep: list[str], damaged: list[str]) -> Path | None:
+    """Move the ``damaged`` lines of a resumable JSONL file to ``<path>.rejected`` and keep only ``keep``.
+
+    The damaged lines are appended to the ``.rejected`` file (and flushed to disk) before ``path`` is rewritten
+    atomically with the ``keep`` lines, so no line is ever lost, even if the process dies in between.
+
+    Args:
+        path: The JSONL file.
+        keep: Its intact lines, in order.
+        damaged: Its damaged lines.
+
+    Returns:
+        The ``.rejected`` file, or ``None`` when nothing was damaged.
+    """
+    rejected = None
+    if damaged:
+        rejected = rejected_path(path)
+        with open(rejected, "a", encoding="utf-8", errors="surrogateescape") as handle:
+            for line in damaged:
+                handle.write(line if line.endswith("\n") else line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    with atomic_output(path, "wb") as handle:
+        for line in keep:
+            handle.write((line if line.endswith("\n") else line + "\n").encode("utf-8", "surrogateescape"))
+    return rejected
+
+
+def read_jsonl_resumable(path: PathLike, *, what: str = "output file") -> tuple[list[dict[str, Any]], Path | None, int]:
+    """Read a JSONL output that a run appends to, setting damaged lines aside instead of dropping them.
+
+    A line that is not a JSON object (a write cut off by a kill, a hand edit) moves to ``<path>.rejected``
+    (:func:`set_aside`); every intact line, before and after it, stays.
+
+    Returns:
+        ``(records, the .rejected file or None, number of lines set aside)``; ``([], None, 0)`` for a missing file.
+    """
+    target = _path(path)
+    if not target.is_file():
+        return [], None, 0
+    records: list[dict[str, Any]] = []
+    keep: list[str] = []
+    damaged: list[str] = []
+    with target.open(encoding="utf-8", errors="surrogateescape") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                records.append(record)
+                keep.append(line)
+            else:
+                damaged.append(line)
+    rejected = None
+    if damaged or (keep and not keep[-1].endswith("\n")):  # a next append must start on a line of its own
+        rejected = set_aside(target, keep, damaged)
+    return records, rejected, len(damaged)
+
+
+__all__ = [
+    "MARKER",
+    "REJECTED_SUFFIX",
+    "atomic_folder",
+    "atomic_output",
+    "check_output_file",
+    "check_output_folder",
+    "check_outputs",
+    "current_umask",
+    "guard_outputs",
+    "is_ours",
+    "read_jsonl_resumable",
+    "rejected_path",
+    "same_file",
+    "set_aside",
+    "write_json",
+    "write_text",
+]
