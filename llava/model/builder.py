@@ -1,13 +1,16 @@
 """``load_pretrained_model``: upstream LLaVA's loader for full, LoRA and projector-only checkpoints.
 
-Which loader runs depends on the model name, by upstream's documented rules (:func:`checkpoint_kind`):
+Which loader runs depends on what the checkpoint folder holds (:func:`checkpoint_kind`, in
+:mod:`llava.model.checkpoint_layout`), not on its name as upstream did, so ``outputs/braco/k9/seed0/stage2`` or
+``ckpt`` load like ``llava-v1.5-7b``:
 
-* name contains ``llava`` and ``lora``, with ``model_base``: base LLM + ``non_lora_trainables`` + merged PEFT
-  adapter from ``model_path``;
-* name contains ``llava``, with ``model_base``: base LLM + ``mm_projector.safetensors``/``.bin`` from
-  ``model_path`` (a stage-1 output);
-* name contains ``llava``, no base: a full checkpoint;
-* anything else: a plain language model (no image processor), merged with a PEFT adapter if a base is given.
+* a LLaVA ``config.json`` with ``adapter_config.json`` and a ``model_base``: base LLM + ``non_lora_trainables`` +
+  merged PEFT adapter from ``model_path``;
+* a LLaVA ``config.json`` with ``mm_projector.safetensors``/``.bin`` and no model weights, with ``model_base``:
+  base LLM + that projector (a stage-1 output);
+* a LLaVA ``config.json`` with model weights: a full checkpoint;
+* a plain language-model ``config.json``: a plain language model (no image processor), merged with a PEFT adapter
+  if a base is given.
 
 Which LLaVA class loads a checkpoint is decided by its ``config.json`` ``model_type`` through the
 language-model registry (:mod:`llava.model.language_model.registry`: ``llava_llama``/``llava``,
@@ -21,43 +24,30 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import cached_file
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
 
-from .checks import check_llava_config, check_loaded_weights, check_model_path, check_tokenizer_files, check_weight_files
+from .checkpoint_layout import NON_LORA_FILES, PROJECTOR_FILES, checkpoint_kind, find_file
+from .checks import (
+    check_generation_config,
+    check_llava_config,
+    check_loaded_weights,
+    check_model_path,
+    check_tokenizer_files,
+    check_weight_files,
+    reading_config,
+)
 from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
 from .tokenizer_loading import load_tokenizer
 from .weights_io import load_projector_weights, load_weights_file, projector_state_dict
 
 logger = logging.getLogger(__name__)
 
-CheckpointKind = Literal["llava_lora", "llava_projector", "llava_full", "language_model"]
-
-PROJECTOR_FILES = ("mm_projector.safetensors", "mm_projector.bin")
-NON_LORA_FILES = ("non_lora_trainables.safetensors", "non_lora_trainables.bin")
 DEFAULT_CONTEXT_LENGTH = 2048
-
-
-def checkpoint_kind(model_name: str, model_base: str | None) -> CheckpointKind:
-    """Upstream's name rules: which loader a ``model_name`` (see ``get_model_name_from_path``) selects."""
-    name = model_name.lower()
-    if "llava" not in name:
-        return "language_model"
-    if "lora" in name and model_base is None:
-        logger.warning(
-            "%s looks like a LoRA checkpoint but no model_base was given; loading it as a full checkpoint. "
-            "Pass the base LLM as model_base to merge the adapter.",
-            model_name,
-        )
-    if model_base is None:
-        return "llava_full"
-    return "llava_lora" if "lora" in name else "llava_projector"
 
 
 def load_pretrained_model(
@@ -76,7 +66,8 @@ def load_pretrained_model(
     Args:
         model_path: Checkpoint directory or hub name.
         model_base: Base LLM for LoRA and projector-only checkpoints, else ``None``.
-        model_name: Name that selects the loader (see :func:`checkpoint_kind`).
+        model_name: Upstream's model name (the folder's name); the loader is chosen from the folder's files
+            (see :func:`checkpoint_kind`), the name only for a hub id whose ``config.json`` cannot be read.
         load_8bit, load_4bit: Quantise the LLM with bitsandbytes (must be installed).
         device_map: Used when ``device == "cuda"``; any other device maps the whole model to it.
         device: ``"cuda"`` (default), ``"cpu"``, ``"cuda:1"``, ...
@@ -90,8 +81,9 @@ def load_pretrained_model(
         ``context_len`` is ``config.max_sequence_length`` or 2048.
 
     Raises:
-        ValueError: For an unsupported model type, a missing projector file, or projector weights that do not
-            match the configured projector (the message names the keys).
+        ValueError: For a folder that is not a checkpoint (naming what it holds and what was expected), an
+            unsupported model type, a missing projector file, or projector weights that do not match the
+            configured projector (the message names the keys).
         ImportError: If quantisation needs bitsandbytes, or LoRA needs peft, and it is not installed.
     """
     check_model_path(model_path)
@@ -107,7 +99,8 @@ def load_pretrained_model(
     if use_flash_attn:
         load_kwargs["attn_implementation"] = "flash_attention_2"
 
-    kind = checkpoint_kind(model_name, model_base)
+    kind = checkpoint_kind(model_path, model_base, model_name)
+    check_generation_config(model_path if kind == "llava_full" or not model_base else model_base)
     logger.info("loading %s as %s (base: %s)", model_path, kind, model_base)
     if kind == "language_model":
         tokenizer, model = _load_language_model(model_path, model_base, load_kwargs)
@@ -182,7 +175,8 @@ def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
 def _llava_config(model_path: str) -> tuple[LanguageModelEntry, Any]:
     """The registry entry chosen by ``model_path``'s ``model_type`` and its config, read by that entry's class."""
     entry = language_model_for_checkpoint(model_path)
-    config = entry.config_class.from_pretrained(model_path)
+    with reading_config(model_path):
+        config = entry.config_class.from_pretrained(model_path)
     check_llava_config(model_path, config)
     return entry, config
 
@@ -195,20 +189,6 @@ def _check_base(entry: LanguageModelEntry, model_path: str, model_base: str) -> 
             f"model_base {model_base!r} is a {base_entry.base_model_type} model but {model_path!r} is a "
             f"{entry.model_type} checkpoint; pass a {entry.base_model_type} (or {entry.model_type}) directory as model_base"
         )
-
-
-def _find_file(model_path: str, filenames: tuple[str, ...]) -> str | None:
-    """The first of ``filenames`` found in a local directory or hub repo."""
-    for filename in filenames:
-        if os.path.isdir(model_path):
-            candidate = os.path.join(model_path, filename)
-            if os.path.isfile(candidate):
-                return candidate
-            continue
-        resolved = cached_file(model_path, filename, _raise_exceptions_for_missing_entries=False)
-        if resolved is not None:
-            return resolved
-    return None
 
 
 def _require(package: str, purpose: str) -> None:
@@ -261,7 +241,7 @@ def _load_llava_projector(
     entry, config = _llava_config(model_path)
     _check_base(entry, model_path, model_base)
     tokenizer = _load_tokenizer(model_base)
-    weights_file = _find_file(model_path, PROJECTOR_FILES)
+    weights_file = find_file(model_path, PROJECTOR_FILES)
     if weights_file is None:
         raise ValueError(
             f"{model_path!r} has no {' or '.join(PROJECTOR_FILES)}; a projector-only checkpoint needs one "
@@ -283,7 +263,7 @@ def _load_llava_lora(
     _check_base(entry, model_path, model_base)
     tokenizer = _load_tokenizer(model_base)
     model = entry.causal_lm_class.from_pretrained(model_base, config=config, **load_kwargs)
-    trainables_file = _find_file(model_path, NON_LORA_FILES)
+    trainables_file = find_file(model_path, NON_LORA_FILES)
     if trainables_file is None:
         raise ValueError(f"{model_path!r} has no {' or '.join(NON_LORA_FILES)}, which a LLaVA LoRA checkpoint needs")
     trainables = _strip_lora_prefixes(load_weights_file(trainables_file))
@@ -311,15 +291,19 @@ def _strip_lora_prefixes(weights: dict[str, torch.Tensor]) -> dict[str, torch.Te
 def _load_language_model(
     model_path: str, model_base: str | None, load_kwargs: dict[str, Any]
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+    if model_base is not None:
+        _require("peft", "merging an adapter into a base model")
+    weights_path = model_path if model_base is None else model_base
+    # The config is read before the tokenizer (which reads it too), so that a bad value is named.
+    with reading_config(weights_path):
+        config = AutoConfig.from_pretrained(weights_path)
+    tokenizer = _load_tokenizer(weights_path)
+    model = AutoModelForCausalLM.from_pretrained(weights_path, config=config, **load_kwargs)
     if model_base is None:
-        return _load_tokenizer(model_path), AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs)
-    _require("peft", "merging an adapter into a base model")
+        return tokenizer, model
     from peft import PeftModel
 
-    tokenizer = _load_tokenizer(model_base)
-    model = AutoModelForCausalLM.from_pretrained(model_base, **load_kwargs)
-    model = PeftModel.from_pretrained(model, model_path).merge_and_unload()
-    return tokenizer, model
+    return tokenizer, PeftModel.from_pretrained(model, model_path).merge_and_unload()
 
 
 # ---------------------------------------------------------------------------------------------- vision

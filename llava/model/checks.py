@@ -12,13 +12,21 @@ Each function is called from one line of :mod:`llava.model.builder`:
 - :func:`check_loaded_weights`: weights of the model that the checkpoint does not hold (they would stay
   random and the model would generate garbage), unless the caller opts out with ``allow_missing_weights``;
 - :func:`weights_file_error`: the sentence for an unreadable ``.bin``/``.safetensors`` file, which never repeats
-  torch's advice to retry with ``weights_only=False`` (arbitrary code execution for an untrusted file).
+  torch's advice to retry with ``weights_only=False`` (arbitrary code execution for an untrusted file);
+- :func:`check_llava_key_types`: LLaVA's own ``config.json`` keys of the wrong JSON type (a list where a name
+  belongs would reach a regex as a ``TypeError``);
+- :func:`reading_config`: a config value that transformers' config class refuses (``"hidden_size": "64"``),
+  as a sentence naming the file and the key;
+- :func:`check_generation_config`: a ``generation_config.json`` that transformers would silently skip.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from llava.utils import UserError
@@ -35,6 +43,15 @@ _FALSE_WORDS = ("false", "no", "0", "off")
 #: Weight names a full checkpoint may lack: the tower is loaded from its own folder.
 _OPTIONAL_PREFIXES = ("model.vision_tower.",)
 _SHOWN = 5
+#: LLaVA's own config keys and the JSON types they take (``null`` is always accepted: upstream writes some).
+LLAVA_KEY_TYPES: dict[str, tuple[type, ...]] = {
+    "mm_vision_tower": (str,), "vision_tower": (str,), "mm_projector_type": (str,), "mm_hidden_size": (int,),
+    "mm_vision_select_layer": (int,), "mm_vision_select_feature": (str,), "mm_patch_merge_type": (str,),
+    "image_aspect_ratio": (str,), "image_grid_pinpoints": (list, str), "tokenizer_padding_side": (str,),
+    "tokenizer_model_max_length": (int,),
+}
+_JSON_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", float: "a number", bool: "a boolean", dict: "an object"}
+GENERATION_CONFIG_FILE = "generation_config.json"
 
 
 def _looks_like_a_path(name: str) -> bool:
@@ -76,6 +93,73 @@ def check_llava_config(model_path: str, config: Any) -> None:
                 setattr(config, key, read_boolean(key, value))
             except UserError:
                 raise UserError(f"{model_path}/config.json: {key} must be a boolean (true/false), got {value!r}") from None
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def check_llava_key_types(config_file: str, config: dict[str, Any]) -> None:
+    """Raise naming the file and the key when one of :data:`LLAVA_KEY_TYPES` holds another JSON type."""
+    for key, types in LLAVA_KEY_TYPES.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            wanted = " or ".join(_JSON_TYPE_NAMES[kind] for kind in types)
+            raise UserError(f"{config_file}: key {key!r} must be {wanted}, got {_json_type(value)} {value!r}; fix config.json")
+
+
+_FIELD = re.compile(r"field '([^']+)'")
+
+
+@contextlib.contextmanager
+def reading_config(model_path: str) -> Iterator[None]:
+    """Turn a value that a transformers config class refuses into one sentence naming the file and the key.
+
+    transformers 5 configs are strict dataclasses: ``"hidden_size": "64"`` raises a
+    ``StrictDataclassFieldValidationError`` whose text is a two-line report; the key is in it.
+    """
+    from huggingface_hub.errors import StrictDataclassError
+
+    try:
+        yield
+    except StrictDataclassError as error:
+        match = _FIELD.search(str(error))
+        cause = error.__cause__ or error
+        key = f"key {match.group(1)!r}" if match else "a value"
+        raise UserError(f"{model_path}/config.json: {key} is not accepted ({cause}); fix config.json") from None
+
+
+def check_generation_config(model_path: str | None) -> None:
+    """Raise when a local folder's ``generation_config.json`` cannot be read.
+
+    transformers skips an unreadable file with an INFO line and builds decoding defaults from ``config.json``, so
+    the checkpoint's own stop tokens (``eos_token_id``), pad id and defaults would be dropped without a word and
+    the answers would change. An error costs one edit (repair or delete the file); a silent fallback costs a run.
+    """
+    if not model_path or not os.path.isdir(model_path):
+        return
+    path = os.path.join(model_path, GENERATION_CONFIG_FILE)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = f"{error.msg} at line {error.lineno}" if isinstance(error, json.JSONDecodeError) else "not UTF-8 text"
+        raise UserError(
+            f"{path} is not valid JSON ({reason}), so its decoding settings (eos_token_id, pad_token_id, ...) would be "
+            "ignored; repair it, or delete it to use the ids in config.json"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} holds a JSON {type(data).__name__}, but {GENERATION_CONFIG_FILE} must be a JSON object")
+    from transformers import GenerationConfig
+
+    try:
+        GenerationConfig.from_dict(data)
+    except (TypeError, ValueError) as error:
+        raise UserError(f"{path} has a value transformers cannot use ({error}); repair it, or delete the file") from None
 
 
 def check_tokenizer_files(path: str) -> None:
@@ -137,12 +221,16 @@ def _some(keys: list[str]) -> str:
 
 __all__ = [
     "BOOLEAN_KEYS",
+    "LLAVA_KEY_TYPES",
     "TOKENIZER_FILES",
+    "check_generation_config",
     "check_llava_config",
+    "check_llava_key_types",
     "check_loaded_weights",
     "check_model_path",
     "check_tokenizer_files",
     "check_weight_files",
     "read_boolean",
+    "reading_config",
     "weights_file_error",
 ]

@@ -128,3 +128,51 @@ def test_a_non_boolean_generic_key_is_refused(tiny_llava_checkpoint, tmp_path):
     _edit_config(path, mm_use_im_start_end="maybe")
     with pytest.raises(UserError, match=r"mm_use_im_start_end must be a boolean .*got 'maybe'"):
         load(path)
+
+
+# ---------------------------------------------------------------------------------------------- config files (I01-I11)
+
+
+def test_config_value_of_the_wrong_type_names_file_and_key(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-strhidden")
+    _edit_config(path, hidden_size="64")  # I01: transformers' strict config refuses it with a two-line report
+    with pytest.raises(UserError, match=r"llava-strhidden/config\.json: key 'hidden_size' is not accepted .*expected int, got str"):
+        load(path)
+
+
+def test_projector_type_that_is_not_a_string_names_file_and_key(tiny_llava_checkpoint, tmp_path):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-listptype")
+    _edit_config(path, mm_projector_type=["mlp2x_gelu"])  # I03: a TypeError inside the projector regex before
+    with pytest.raises(UserError, match=r"llava-listptype/config\.json: key 'mm_projector_type' must be a string, got a list"):
+        load(path)
+
+
+@pytest.mark.parametrize("content, reason", [
+    ('{"model_type": "llava_llama", "hidden_size": 6', r"is not valid JSON \(Expecting .* at line 1\)"),  # I05: truncated
+    ('["llava"]', r"holds a JSON list, but config\.json must be a JSON object"),
+    ("\udcff", r"is not a text file"),
+])
+def test_config_that_is_not_a_json_object_names_the_file(tiny_llava_checkpoint, tmp_path, content, reason):
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-badjson")
+    (path / "config.json").write_bytes(content.encode("utf-8", "surrogateescape"))
+    with pytest.raises(UserError, match=rf"llava-badjson/config\.json {reason}"):
+        load(path)
+
+
+@pytest.mark.parametrize("content, reason", [
+    ('{"eos_token_id": 2, ', r"is not valid JSON .*eos_token_id, pad_token_id.*delete it to use the ids in config\.json"),
+    ('[2]', r"holds a JSON list"),
+])
+def test_unreadable_generation_config_is_named_not_skipped(tiny_llava_checkpoint, tmp_path, content, reason):
+    # I11: transformers skips the file with an INFO line and the checkpoint's stop ids are lost without a word.
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-badgencfg")
+    (path / "generation_config.json").write_text(content)
+    with pytest.raises(UserError, match=rf"llava-badgencfg/generation_config\.json {reason}"):
+        load(path)
+
+
+def test_plain_language_model_config_of_the_wrong_type_is_named(tiny_base_llm, tmp_path):
+    path = _copy(tiny_base_llm, tmp_path / "vicuna-strlayers")
+    _edit_config(path, num_hidden_layers="2")
+    with pytest.raises(UserError, match=r"vicuna-strlayers/config\.json: key 'num_hidden_layers' is not accepted"):
+        load(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from safetensors.torch import load_file
 
 from llava.model.builder import load_pretrained_model
 from llava.train.train import train
+from llava.utils import UserError
 
 from .conftest import Run, stage2_flags
 
@@ -66,3 +68,16 @@ def test_lora_checkpoint_reloads_with_model_base(lora_run, tiny_base_llm: Path):
     update = (layer.lora_B["default"].weight @ layer.lora_A["default"].weight) * layer.scaling["default"]
     assert update.abs().max() > 0
     torch.testing.assert_close(merged, base["model.layers.0.self_attn.q_proj.weight"] + update.detach())
+
+
+def test_lora_folder_not_named_llava_lora_merges_too(lora_run, tiny_base_llm: Path, tmp_path: Path):
+    # Upstream picks the LoRA loader from "llava" and "lora" in the name; the files decide here (issue 20).
+    output, _ = lora_run
+    renamed = Path(shutil.copytree(output, tmp_path / "run-7" / "adapter"))
+    _, model, processor, _ = load_pretrained_model(str(renamed), str(tiny_base_llm), "adapter", device="cpu")
+    assert processor is not None and not any("lora_" in name for name, _ in model.named_parameters())
+    extras = torch.load(renamed / "non_lora_trainables.bin", weights_only=True)
+    projector = model.get_model().mm_projector.state_dict()
+    assert all(torch.equal(projector[key.removeprefix("base_model.model.model.mm_projector.")], value) for key, value in extras.items())
+    with pytest.raises(UserError, match=r"is a LLaVA LoRA checkpoint .*--model-base"):
+        load_pretrained_model(str(renamed), None, "adapter", device="cpu")
