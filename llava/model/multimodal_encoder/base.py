@@ -162,6 +162,7 @@ class BaseVisionTower(nn.Module):
         self.vision_tower.requires_grad_(False)
         self.is_loaded = True
         self.image_processor = self._load_processor()
+        self._check_processor_size()
 
     def _load_vision_model(self, device_map: Any) -> nn.Module:
         """The vision model, with transformers' per-key load report folded into one log line.
@@ -206,6 +207,21 @@ class BaseVisionTower(nn.Module):
             )
             return self.default_processor(self.image_size)
         return self._from_name(self.processor_class.from_pretrained)
+
+    def _check_processor_size(self) -> None:
+        """Refuse a processor whose output size is not the model's input size (a shape error deep in the model).
+
+        Raises:
+            ValueError: Naming both files and both sizes.
+        """
+        made = processor_output_size(self.image_processor)
+        expected = _pair(self.config.image_size)
+        if made is not None and made != expected:
+            raise ValueError(
+                f"vision tower {self.vision_tower_name!r}: its preprocessor_config.json makes {made[0]}x{made[1]}-pixel "
+                f"images, but its config.json says image_size {self.config.image_size}; make the two files agree "
+                "(the processor's size/crop_size must be the model's input side)"
+            )
 
     def _loaded_model(self) -> Any:
         if not self.is_loaded:
@@ -396,6 +412,25 @@ class BaseVisionTower(nn.Module):
         """Patch tokens per image, without the CLS token: 576 for CLIP-L/14 at 336 px, 729 for SigLIP-384/14."""
         rows, cols = self.grid_shape
         return rows * cols
+
+
+def _size_pair(size: Any) -> tuple[int, int] | None:
+    """``(height, width)`` of a processor's ``size`` / ``crop_size`` (a dict or transformers' ``SizeDict``)."""
+    read = size.get if isinstance(size, dict) else lambda key: getattr(size, key, None)
+    height, width = read("height"), read("width")
+    return (int(height), int(width)) if height and width else None
+
+
+def processor_output_size(processor: Any) -> tuple[int, int] | None:
+    """``(height, width)`` of every image the processor returns, or ``None`` when it does not fix one (e.g. it
+    only resizes the shortest edge): the centre crop when it crops, else a fixed resize."""
+    if getattr(processor, "do_center_crop", False) and getattr(processor, "crop_size", None) is not None:
+        cropped = _size_pair(processor.crop_size)
+        if cropped is not None:
+            return cropped
+    if getattr(processor, "do_resize", True) and getattr(processor, "size", None) is not None:
+        return _size_pair(processor.size)
+    return None
 
 
 def _recorder(store: dict[str, torch.Tensor], name: str) -> Any:

@@ -324,3 +324,27 @@ def test_missing_preprocessor_config_falls_back_to_the_towers_default(tower_dirs
     fallback = process_images([image], processor, argparse.Namespace(image_aspect_ratio=None))
     reference = build_vision_tower(_args(tower_dirs[key])).image_processor
     torch.testing.assert_close(fallback, process_images([image], reference, argparse.Namespace(image_aspect_ratio=None)))
+
+
+@pytest.mark.parametrize("key, edit, made", [
+    ("siglip-odd", {"size": {"height": 30, "width": 30}}, "30x30"),  # G14: a shape error inside the model before
+    ("clip", {"crop_size": {"height": 40, "width": 40}}, "40x40"),
+])
+def test_processor_size_that_disagrees_with_the_config_is_one_sentence(tower_dirs, tmp_path, key, edit, made) -> None:
+    import shutil
+
+    path = Path(shutil.copytree(tower_dirs[key], tmp_path / "tower"))
+    processor = json.loads((path / "preprocessor_config.json").read_text())
+    (path / "preprocessor_config.json").write_text(json.dumps({**processor, **edit}))
+    side = TOWERS[key][1]["image_size"]
+    with pytest.raises(ValueError, match=rf"preprocessor_config\.json makes {made}-pixel images, but its config\.json says image_size {side}"):
+        build_vision_tower(_args(path))
+
+
+def test_processor_that_keeps_the_aspect_ratio_is_not_judged() -> None:
+    from transformers import CLIPImageProcessorPil
+
+    from llava.model.multimodal_encoder.base import processor_output_size
+
+    assert processor_output_size(CLIPImageProcessorPil(size={"shortest_edge": 48}, do_center_crop=False)) is None
+    assert processor_output_size(CLIPImageProcessorPil(size={"shortest_edge": 48}, crop_size={"height": 48, "width": 40})) == (48, 40)
