@@ -7,6 +7,9 @@
 ``convert_to_llava`` writes the training format (``{"id", "image"?, "conversations"}``; an image problem's
 human turn ends with ``\\n<image>``, its image is ``<id>/<image file>``); ``convert_to_jsonl`` writes
 ``{"id", "image"?, "instruction", "output"}`` lines. Prompt formats: see ``convert_sqa_to_llava_base_prompt``.
+
+The output file is checked before the conversion (a writable ``--base-dir``, not one of the two inputs) and
+written atomically; a split that names a problem ``problems.json`` lacks is one sentence naming it.
 """
 
 from __future__ import annotations
@@ -23,16 +26,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper module ne
 
 from convert_sqa_to_llava_base_prompt import build_prompt_chatbot  # noqa: E402
 
-from llava.eval.files import read_json, write_json, write_text  # noqa: E402
+from llava.eval.files import read_json  # noqa: E402
+from llava.outputs import guard_outputs, write_json, write_text  # noqa: E402
 from llava.utils import UserError, cli_main  # noqa: E402
+
+SPLITS_FILE = "pid_splits.json"
+PROBLEMS_FILE = "problems.json"
 
 
 def _examples(base_dir: str, split: str, prompt_format: str) -> list[tuple[str, dict[str, Any], str, str]]:
     """``(id, problem, input, output)`` per problem of ``split``, upstream's prefixes stripped."""
-    splits = read_json(os.path.join(base_dir, "pid_splits.json"), what="ScienceQA pid_splits.json")
-    if split not in splits:
-        raise UserError(f"unknown ScienceQA split {split!r}; pid_splits.json has {sorted(splits)}")
-    problems = read_json(os.path.join(base_dir, "problems.json"), what="ScienceQA problems.json")
+    splits = read_json(os.path.join(base_dir, SPLITS_FILE), what="ScienceQA pid_splits.json")
+    if not isinstance(splits, dict) or split not in splits:
+        known = sorted(splits) if isinstance(splits, dict) else []
+        raise UserError(f"unknown ScienceQA split {split!r}; pid_splits.json has {known}")
+    problems = read_json(os.path.join(base_dir, PROBLEMS_FILE), what="ScienceQA problems.json")
+    if not isinstance(splits[split], list) or not isinstance(problems, dict):
+        raise UserError(f"{base_dir}: pid_splits.json must map split names to lists of ids and problems.json ids to problems")
+    missing = [qid for qid in splits[split] if qid not in problems]
+    if missing:
+        raise UserError(
+            f"pid_splits.json lists problem {missing[0]!r} in split {split!r}, but problems.json has no such problem "
+            f"({len(missing)} of {len(splits[split])} ids are missing); use the two files of the same ScienceQA release"
+        )
     rows = []
     for qid, (source, target) in build_prompt_chatbot(problems, splits[split], prompt_format).items():
         source = source.replace("Question: ", "", 1) if source.startswith("Question: ") else source
@@ -41,7 +57,15 @@ def _examples(base_dir: str, split: str, prompt_format: str) -> list[tuple[str, 
     return rows
 
 
+def _guard(base_dir: str, output: str) -> str:
+    """Check, before converting, that ``output`` can be written and is neither input file; returns it."""
+    inputs = {f"--base-dir's {name}": os.path.join(base_dir, name) for name in (SPLITS_FILE, PROBLEMS_FILE)}
+    guard_outputs(inputs=inputs, files={"output file": output})
+    return output
+
+
 def convert_to_llava(base_dir: str, split: str, prompt_format: str = "QCM-LEPA") -> Path:
+    output = _guard(base_dir, os.path.join(base_dir, f"llava_{split}_{prompt_format}.json"))
     records = []
     for qid, problem, source, target in _examples(base_dir, split, prompt_format):
         record: dict[str, Any] = {"id": qid}
@@ -51,10 +75,11 @@ def convert_to_llava(base_dir: str, split: str, prompt_format: str = "QCM-LEPA")
         record["conversations"] = [{"from": "human", "value": source}, {"from": "gpt", "value": target}]
         records.append(record)
     print(f"Number of samples: {len(records)}")
-    return write_json(os.path.join(base_dir, f"llava_{split}_{prompt_format}.json"), records, indent=2)
+    return write_json(output, records, indent=2)
 
 
 def convert_to_jsonl(base_dir: str, split: str, prompt_format: str = "QCM-LEPA") -> Path:
+    output = _guard(base_dir, os.path.join(base_dir, f"scienceqa_{split}_{prompt_format}.jsonl"))
     lines = []
     for qid, problem, source, target in _examples(base_dir, split, prompt_format):
         record: dict[str, Any] = {"id": qid}
@@ -63,7 +88,7 @@ def convert_to_jsonl(base_dir: str, split: str, prompt_format: str = "QCM-LEPA")
             source += "\n<image>"
         record.update(instruction=source, output=target)
         lines.append(json.dumps(record))
-    return write_text(os.path.join(base_dir, f"scienceqa_{split}_{prompt_format}.jsonl"), "".join(line + "\n" for line in lines))
+    return write_text(output, "".join(line + "\n" for line in lines))
 
 
 TASKS = {"convert_to_llava": convert_to_llava, "convert_to_jsonl": convert_to_jsonl}

@@ -6,59 +6,87 @@ Every tensor whose name contains ``mm_projector`` (for a Braco projector: the co
 ``embed_tokens`` when the model was trained with ``mm_use_im_start_end``, is read from the checkpoint's
 shards (``*.safetensors`` or ``pytorch_model*.bin``, with or without an index) and saved with ``torch.save``
 under its full name, the layout ``--pretrain_mm_mlp_adapter`` and ``--model-base`` loading read.
+
+``--output`` is checked before anything is read: it may not be one of the checkpoint's own files (its shards,
+their index, ``config.json``), and it is written atomically with the user's umask, so a failed run leaves
+the old file as it was. ``.bin`` shards are read with ``weights_only=True``: a shard holding other pickled
+objects is refused in one sentence.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
-from llava.eval.files import atomic_output
+from llava.model.checkpoint_layout import read_config_file
+from llava.model.weights_io import load_weights_file
+from llava.outputs import atomic_output, guard_outputs
 from llava.utils import UserError, cli_main
+
+INDEX_FILES = (("model.safetensors.index.json", "*.safetensors"), ("pytorch_model.bin.index.json", "pytorch_model*.bin"))
 
 
 def weight_files(model_path: Path) -> list[Path]:
     """The checkpoint's weight shards, safetensors first (from the index when there is one).
 
     Raises:
-        UserError: If the folder holds no weights.
+        UserError: If the folder holds no weights, or an index is not readable.
     """
-    for index_name, pattern in (("model.safetensors.index.json", "*.safetensors"), ("pytorch_model.bin.index.json", "pytorch_model*.bin")):
+    for index_name, pattern in INDEX_FILES:
         index = model_path / index_name
         if index.is_file():
-            return sorted({model_path / name for name in json.loads(index.read_text())["weight_map"].values()})
+            weight_map = read_config_file(index, index_name).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise UserError(f"{os.fspath(index)} has no 'weight_map' object; restore the index from the original checkpoint")
+            return sorted({model_path / name for name in weight_map.values()})
         shards = sorted(model_path.glob(pattern))
         if shards:
             return shards
     raise UserError(f"--model-path {os.fspath(model_path)!r} holds no *.safetensors or pytorch_model*.bin weights")
 
 
-def _read(shard: Path, keep) -> dict[str, torch.Tensor]:
+def _read(shard: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:
     if shard.suffix == ".safetensors":
         from safetensors import safe_open
 
-        with safe_open(str(shard), framework="pt") as handle:
-            return {key: handle.get_tensor(key) for key in handle.keys() if keep(key)}
-    state = torch.load(shard, map_location="cpu", weights_only=True)  # never unpickle code from a checkpoint
-    return {key: value for key, value in state.items() if keep(key)}
+        from llava.model.checks import weights_file_error
+
+        try:
+            with safe_open(str(shard), framework="pt") as handle:
+                return {key: handle.get_tensor(key) for key in handle.keys() if keep(key)}
+        except Exception as error:  # SafetensorError, OSError: a truncated or foreign file
+            raise weights_file_error(os.fspath(shard), error) from None
+    # Mapped, not read: only the projector's tensors are copied out of a multi-gigabyte shard.
+    state = load_weights_file(shard, mmap=True)
+    return {key: value.clone() for key, value in state.items() if keep(key)}
+
+
+def _inputs(folder: Path) -> dict[str, Path]:
+    """The checkpoint's files this command reads, which ``--output`` must never be."""
+    names = ["config.json"] + [index for index, _ in INDEX_FILES]
+    found = {f"--model-path's {name}": folder / name for name in names if (folder / name).exists()}
+    for pattern in ("*.safetensors", "pytorch_model*.bin"):
+        found.update({f"--model-path's weights file {shard.name}": shard for shard in folder.glob(pattern)})
+    return found
 
 
 def extract_projector(model_path: str | os.PathLike[str], output: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """Write the projector tensors of ``model_path`` to ``output``; returns them.
 
     Raises:
-        UserError: If the checkpoint has no projector weights, or ``output`` is inside a weight file's name.
+        UserError: If ``output`` is one of the checkpoint's files or cannot be written, the checkpoint has no
+            projector weights, or a weight file is unreadable.
     """
     folder = Path(os.path.expanduser(os.fspath(model_path)))
     if not folder.is_dir():
         raise UserError(f"--model-path {os.fspath(model_path)!r} is not a checkpoint folder")
+    guard_outputs(inputs=_inputs(folder), files={"--output": output})
     config_path = folder / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    config = read_config_file(config_path) if config_path.is_file() else {}
     names = ["mm_projector"] + (["embed_tokens"] if config.get("mm_use_im_start_end") else [])
     tensors: dict[str, torch.Tensor] = {}
     for shard in weight_files(folder):

@@ -173,6 +173,13 @@ def check_tokenizer_files(path: str) -> None:
 
 def weights_file_error(path: str, error: BaseException) -> UserError:
     """The one sentence for a weights file that cannot be read (the library's own advice is left out)."""
+    import pickle
+
+    if isinstance(error, pickle.UnpicklingError) and "weights_only" in str(error):
+        return UserError(
+            f"weights file {path!r} holds pickled Python objects that are not tensors, so it was not loaded (unpickling "
+            "them could run arbitrary code); use a copy you trust, saved with torch.save of tensors only or as safetensors"
+        )
     kind = type(error).__name__
     return UserError(
         f"weights file {path!r} is not a readable weights file ({kind}: it is corrupt, truncated or not a checkpoint); "

@@ -8,8 +8,11 @@ Used by :mod:`llava.model.llava_arch` (``pretrain_mm_mlp_adapter``), :mod:`llava
 
 from __future__ import annotations
 
+import contextlib
 import os
+import zipfile
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -18,11 +21,21 @@ import torch.nn as nn
 PROJECTOR_KEY = "mm_projector"
 
 
-def load_weights_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+def load_weights_file(path: str | os.PathLike[str], *, numpy_state: bool = False, mmap: bool = False) -> dict[str, Any]:
     """Read a state dict from ``.safetensors`` or, otherwise, a ``torch.save`` file (``weights_only=True``).
 
+    The one place the project reads a ``torch.save`` file: ``weights_only=True`` refuses any pickled object that
+    is not a tensor or a plain container, so a hostile file cannot run code, and the error never repeats torch's
+    advice to retry with ``weights_only=False``.
+
+    Args:
+        path: The file.
+        numpy_state: Also accept numpy arrays and dtypes (a trainer's ``rng_state.pth`` holds numpy's RNG state;
+            the same allowlist transformers uses when it resumes).
+        mmap: Map the tensors' storage instead of reading it (a cheap check of a large file; zip-format files).
+
     Raises:
-        ValueError: If the file does not exist; ``UserError`` if it cannot be read.
+        ValueError: If the file does not exist; ``UserError`` if it cannot be read or is refused.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -34,10 +47,19 @@ def load_weights_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
             from safetensors.torch import load_file
 
             return load_file(path, device="cpu")
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with _numpy_globals() if numpy_state else contextlib.nullcontext():
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
     except Exception as error:  # unpickling, zip and header errors alike: the file is unusable
         # Never pass on torch's advice to retry with weights_only=False: the file may be hostile.
         raise weights_file_error(path, error) from None
+
+
+def _numpy_globals() -> Any:
+    """``torch.serialization.safe_globals`` for numpy's array reconstruction (arrays and dtypes, nothing else)."""
+    import numpy as np
+
+    core = np._core if hasattr(np, "_core") else np.core
+    return torch.serialization.safe_globals([core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))])
 
 
 def projector_state_dict(weights: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
