@@ -10,7 +10,9 @@
    ``mkstemp``'s 0600.
 3. **Replace old results only once new ones exist.** Both context managers leave the old file or folder as it
    was when the block fails or the process is killed.
-4. **Never truncate long or paid work.** :func:`set_aside` moves damaged lines of a resumable JSONL file into
+4. **Name a disk that fills up midway.** :func:`disk_errors` turns a full or read-only disk met while a long
+   command writes into its output location (training checkpoints, the quickstart's data) into one sentence.
+5. **Never truncate long or paid work.** :func:`set_aside` moves damaged lines of a resumable JSONL file into
    ``<file>.rejected`` (appended, never overwritten) and rewrites the file with the intact lines only.
 
 Errors are :class:`~llava.utils.UserError` sentences naming the flag, the path and the fix. Nothing here imports
@@ -132,6 +134,51 @@ def _reason(error: OSError) -> str:
     if error.errno == errno.ENOSPC:
         return "no space left on the device"
     return error.strerror or type(error).__name__
+
+
+def check_writable_folder(folder: PathLike, flag: str) -> Path:
+    """Check that files can be created in ``folder`` (or the nearest folder of it that exists) and its disk is
+    not full, for a command that writes into a folder it does not replace as a whole (a training ``--output_dir``).
+
+    Returns:
+        The expanded path.
+
+    Raises:
+        UserError: One sentence naming the flag, the path and why.
+    """
+    target = _path(folder)
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{flag} {os.fspath(folder)!r} is a file; pass a folder path")
+    _check_writable_folder(target, flag, folder)
+    return target
+
+
+#: errno values that mean "this location cannot take more data", whichever file was being written.
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+@contextlib.contextmanager
+def disk_errors(flag: str, folder: PathLike) -> Iterator[None]:
+    """Turn a full or read-only disk met while writing into ``folder`` into one sentence naming ``flag``.
+
+    An ``OSError`` counts when its errno is ENOSPC, EDQUOT or EROFS and it names a file inside ``folder`` (or
+    names no file: a write or close on an open handle, which only the writer in this block makes). Other
+    errors pass through unchanged.
+
+    Raises:
+        UserError: ``"<flag> '<folder>': the disk ... (no space left on the device) while writing ...; ..."``.
+    """
+    try:
+        yield
+    except OSError as error:
+        inside = error.filename is None or _inside(os.fspath(error.filename), folder)
+        if error.errno not in _DISK_ERRNOS or not inside:
+            raise
+        where = f" while writing {os.fspath(error.filename)!r}" if error.filename else ""
+        raise UserError(
+            f"{flag} {os.fspath(folder)!r} cannot be written ({_reason(error)}{where}); free space or choose another "
+            "location, then run again"
+        ) from None
 
 
 def check_output_file(path: PathLike, flag: str) -> Path:
@@ -371,7 +418,9 @@ __all__ = [
     "check_output_file",
     "check_output_folder",
     "check_outputs",
+    "check_writable_folder",
     "current_umask",
+    "disk_errors",
     "guard_outputs",
     "is_ours",
     "read_jsonl_resumable",
