@@ -269,6 +269,12 @@ def _prumerge(config: Any, match: re.Match[str]) -> nn.Module:
     return CompressThenProject(module, int(config.mm_hidden_size), int(config.hidden_size), method="attention")
 
 
+def _prumerge_is_adaptive(config: Any) -> bool:
+    """PruMerge without ``_k<K>`` keeps the IQR outliers: how many depends on the image."""
+    _, match = resolve_projector(str(config.mm_projector_type))
+    return _budget(match) is None
+
+
 def _divprune(config: Any, match: re.Match[str]) -> nn.Module:
     name, budget = match.group(0), _budget(match)
     if getattr(config, "mm_vision_tower", None):
@@ -427,6 +433,7 @@ PLUGINS = (
         boundary=PruMerge.boundary,
         view=_view("prumerge"),
         tools=_cost_tools("prumerge", ("prumerge_k{k}", "prumerge_plus_k{k}")),
+        tokens_depend_on_image=_prumerge_is_adaptive,
     )),
     register_plugin(CompressorPlugin(
         name="divprune",

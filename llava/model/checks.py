@@ -17,7 +17,9 @@ Each function is called from one line of :mod:`llava.model.builder`:
   belongs would reach a regex as a ``TypeError``);
 - :func:`reading_config`: a config value that transformers' config class refuses (``"hidden_size": "64"``),
   as a sentence naming the file and the key;
-- :func:`check_generation_config`: a ``generation_config.json`` that transformers would silently skip.
+- :func:`check_generation_config`: a ``generation_config.json`` that transformers would silently skip;
+- :func:`check_patch_merge`: a projector whose token count depends on the image with an AnyRes merge that needs
+  the same count in every view (the refusal would otherwise come per image, hours into a run).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def read_boolean(key: str, value: Any) -> bool:
 
 
 def check_llava_config(model_path: str, config: Any) -> None:
-    """Require ``mm_vision_tower`` and normalise LLaVA's boolean keys in place (see the module docstring)."""
+    """Require ``mm_vision_tower``, normalise LLaVA's boolean keys in place and check the merge (see the module docstring)."""
     if not getattr(config, "mm_vision_tower", None) and not getattr(config, "vision_tower", None):
         raise UserError(
             f"{model_path}/config.json has no 'mm_vision_tower' (the vision tower's hub id or folder), which every "
@@ -93,6 +95,7 @@ def check_llava_config(model_path: str, config: Any) -> None:
                 setattr(config, key, read_boolean(key, value))
             except UserError:
                 raise UserError(f"{model_path}/config.json: {key} must be a boolean (true/false), got {value!r}") from None
+    check_patch_merge(config, f"{model_path}/config.json")
 
 
 def _json_type(value: Any) -> str:
@@ -160,6 +163,31 @@ def check_generation_config(model_path: str | None) -> None:
         GenerationConfig.from_dict(data)
     except (TypeError, ValueError) as error:
         raise UserError(f"{path} has a value transformers cannot use ({error}); repair it, or delete the file") from None
+
+
+def check_patch_merge(config: Any, where: str = "config.json") -> None:
+    """Refuse an adaptive-count projector (its plugin says so) with a merge that stitches views of equal counts.
+
+    Args:
+        config: Anything with ``mm_projector_type``, ``mm_patch_merge_type``, ``image_aspect_ratio`` (a model
+            config, or the training arguments) and the projector plugin's keys.
+        where: Where the values come from, for the message.
+
+    Raises:
+        UserError: Naming the three values and the fix.
+    """
+    from llava.mm_utils import is_anyres
+    from llava.model.multimodal_projector.plugins import tokens_depend_on_image
+
+    merge = getattr(config, "mm_patch_merge_type", None) or "flat"
+    aspect = getattr(config, "image_aspect_ratio", None)
+    if merge == "flat" or not is_anyres(aspect) or not tokens_depend_on_image(config):
+        return
+    raise UserError(
+        f"{where}: mm_projector_type {config.mm_projector_type!r} keeps a number of visual tokens that depends on the "
+        f"image, but mm_patch_merge_type {merge!r} with image_aspect_ratio {aspect!r} needs the same number in every "
+        "view; use mm_patch_merge_type 'flat', or a projector type with a fixed token count"
+    )
 
 
 def check_tokenizer_files(path: str) -> None:
@@ -235,6 +263,7 @@ __all__ = [
     "check_llava_key_types",
     "check_loaded_weights",
     "check_model_path",
+    "check_patch_merge",
     "check_tokenizer_files",
     "check_weight_files",
     "read_boolean",

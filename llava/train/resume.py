@@ -12,6 +12,10 @@ checkpoint when the recorded settings equal this run's (naming incomplete ones t
 one-sentence refusal when they differ, naming ``--overwrite_output_dir`` or a fresh ``--output_dir``. Under
 DeepSpeed, whose checkpoint engine unpickles optimizer files without ``weights_only``, nothing is resumed
 automatically: ``--resume_from_checkpoint PATH|True`` must say so.
+
+Before the model loads, the chosen checkpoint's trainer files (RNG, optimizer, scheduler and scaler states) are
+opened the way the trainer will open them (``weights_only=True``, mapped, not read), so a damaged or hostile
+file is one sentence up front (:func:`check_trainer_files`), never torch's advice to unpickle it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from llava.model.weights_io import load_weights_file
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -31,6 +36,8 @@ logger = logging.getLogger(__name__)
 RUN_FILE = "llava_run.json"
 COMPLETE_MARKER = "checkpoint_complete"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+#: The files the transformers Trainer unpickles when it resumes (rng_state_<rank>.pth under several processes).
+TRAINER_FILES = ("rng_state*.pth", "optimizer.pt", "scheduler.pt", "scaler.pt")
 
 #: TrainingArguments fields that change what a run computes (output, logging and saving fields do not).
 TRAINING_KEYS = (
@@ -188,23 +195,59 @@ def resume_point(
     else:
         return None
     _check_settings(folder, settings)
+    check_trainer_files(folder)
     logger.warning("RESUMING from %s (same settings); pass --overwrite_output_dir to train from the start instead", folder)
     return str(folder)
 
 
+def check_trainer_files(folder: str | os.PathLike[str]) -> None:
+    """Open every trainer state file of a checkpoint as the trainer will (``weights_only=True``; tensors mapped,
+    not read, so a large optimizer file costs little).
+
+    Raises:
+        UserError: Naming the file when it is damaged or holds pickled objects other than tensors (refused:
+            unpickling them could run code), before any model is loaded.
+    """
+    for pattern in TRAINER_FILES:
+        for path in sorted(Path(folder).glob(pattern)):
+            load_weights_file(path, numpy_state=True, mmap=True)
+
+
+def checkpoint_step(folder: str | os.PathLike[str]) -> int:
+    """The optimizer step a ``checkpoint-<step>`` folder was saved at (its ``trainer_state.json`` for other names)."""
+    match = _CHECKPOINT.match(Path(folder).name)
+    if match:
+        return int(match.group(1))
+    try:
+        return int(json.loads((Path(folder) / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 def log_finished_run(folder: str | None, global_step: int, max_steps: int) -> None:
-    """Say loudly when a resumed run had nothing left to train."""
-    if folder is not None and global_step >= max_steps:
+    """Say what a resumed run did: nothing, when its checkpoint had finished already, or which steps it trained."""
+    if folder is None:
+        return
+    start = checkpoint_step(folder)
+    if start >= max_steps:
         logger.warning(
             "%s had already finished all %d steps: nothing was trained, the saved model is that run's; pass "
             "--overwrite_output_dir to train again", folder, max_steps,
+        )
+    else:
+        logger.warning(
+            "resumed from %s at step %d and trained steps %d-%d (%d steps) of %d", folder, start, start + 1, global_step,
+            global_step - start, max_steps,
         )
 
 
 __all__ = [
     "COMPLETE_MARKER",
     "RUN_FILE",
+    "TRAINER_FILES",
     "begin_checkpoint",
+    "check_trainer_files",
+    "checkpoint_step",
     "checkpoints",
     "finish_checkpoint",
     "is_complete",

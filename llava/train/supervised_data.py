@@ -25,9 +25,10 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX
+from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX, IMAGE_TOKEN_INDEX
 from llava.conversation import Conversation
 from llava.mm_utils import ImageUnreadable, open_image, process_images
+from llava.utils import UserError
 
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
 
@@ -297,8 +298,24 @@ class LazySupervisedDataset(Dataset):
             raise ValueError(f"{_describe(index, record)}: {error}") from None
         path = image_path(record, self.image_folder) if self.multimodal else None
         if path is not None:
+            self._check_marker_kept(sample["input_ids"], index, record)
             sample["image"], sample["image_size"] = self.load_image(path, index, record)
         return sample
+
+    def _check_marker_kept(self, input_ids: torch.Tensor, index: int, record: dict[str, Any]) -> None:
+        """Refuse a sample whose ``<image>`` marker lies beyond ``--model_max_length``: the collator truncates the
+        ids there, and the model would be handed an image with no place for it in the text.
+
+        Raises:
+            UserError: Naming the sample, the marker's position and the flag.
+        """
+        limit = int(self.tokenizer.model_max_length)
+        positions = (input_ids == IMAGE_TOKEN_INDEX).nonzero().flatten().tolist()
+        if positions and positions[-1] >= limit:
+            raise UserError(
+                f"{_describe(index, record)}: --model_max_length {limit} truncates its {len(input_ids)} tokens before the "
+                f"<image> marker at token {positions[-1] + 1}; raise --model_max_length (upstream trains with 2048)"
+            )
 
     def load_image(self, path: str, index: int, record: dict[str, Any]) -> tuple[torch.Tensor, tuple[int, int]]:
         """``([3, H, W] or [V, 3, H, W] pixels, (width, height))``, processed as at inference (``process_images``).

@@ -12,11 +12,12 @@ Stage 1 (projector pre-training)::
 Stage 2 loads the stage-1 ``mm_projector.bin`` with ``--pretrain_mm_mlp_adapter`` and trains the LLM too
 (``--version v1``). See docs/TRAINING.md for the flags and what each stage writes.
 
-Order of work: arguments, then every training record is checked (so bad data fails before a model is
-loaded), the projector plugin's run defaults are filled in (:mod:`llava.train.recipe`), the model is built
+Order of work: arguments, then ``--output_dir`` is checked (writable, not one of the inputs), then every training
+record is checked (so bad data fails before a model is loaded), the projector plugin's run defaults are filled in (:mod:`llava.train.recipe`), the model is built
 (:mod:`llava.train.model_setup`), callbacks that the model's projector registered are added
 (:mod:`llava.train.train_callbacks`), and training runs, resuming from the newest complete ``checkpoint-*``
-in ``--output_dir`` when its recorded settings match this run's (:mod:`llava.train.resume`).
+in ``--output_dir`` when its recorded settings match this run's (:mod:`llava.train.resume`). A disk that fills
+up (or turns read-only) while checkpoints are written is one sentence; the newest complete checkpoint stays.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
-from llava.model.checks import check_model_path
-from llava.utils import cli_main, setup_logging
+from llava.model.checks import check_model_path, check_patch_merge
+from llava.outputs import check_writable_folder, disk_errors, same_file
+from llava.utils import UserError, cli_main, setup_logging
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
 from .llava_trainer import LLaVATrainer
@@ -73,6 +76,21 @@ def build_model(
     return model, tokenizer, image_processor
 
 
+def check_output_dir(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """Refuse, before any data or model is read, an ``--output_dir`` that cannot be written or that is one of the
+    run's inputs (the trainer would write its config.json and weights over the base model's)."""
+    output_dir = training_args.output_dir
+    inputs = {
+        "--model_name_or_path": model_args.model_name_or_path, "--vision_tower": model_args.vision_tower,
+        "--pretrain_mm_mlp_adapter": model_args.pretrain_mm_mlp_adapter, "--data_path": data_args.data_path,
+        "--image_folder": data_args.image_folder,
+    }
+    for flag, path in inputs.items():
+        if path and os.path.exists(os.path.expanduser(path)) and same_file(path, output_dir):
+            raise UserError(f"--output_dir {output_dir!r} is the same folder as {flag}; the run would write over it, so pass another --output_dir")
+    check_writable_folder(output_dir, "--output_dir")
+
+
 def train(attn_implementation: str | None = None, argv: Sequence[str] | None = None) -> Trainer:
     """Run one training stage from command-line arguments (``sys.argv[1:]`` when ``argv`` is None).
 
@@ -86,6 +104,9 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     """
     setup_logging()
     model_args, data_args, training_args = parse_arguments(argv)
+    check_output_dir(model_args, data_args, training_args)
+    if model_args.vision_tower:
+        check_patch_merge(SimpleNamespace(**vars(model_args), image_aspect_ratio=data_args.image_aspect_ratio), "the flags")
     conv = conversation_template(model_args.version)
     records, _ = load_training_records(
         data_args.data_path, data_args.image_folder, multimodal=model_args.vision_tower is not None, conv=conv,
@@ -130,14 +151,15 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         save_embeddings=model_args.mm_use_im_start_end,
         run_settings=settings,
     )
-    trainer.train(resume_from_checkpoint=resume_from)
-    log_finished_run(resume_from, trainer.state.global_step, trainer.state.max_steps)
-    if dataset.skipped_images:
-        logger.warning("skipped %d samples whose image could not be decoded (--skip_bad_samples; each was replaced "
-                       "by the next usable sample)", dataset.skipped_images)
-    trainer.save_state()
-    llava_config(model).use_cache = True
-    trainer.save_model(training_args.output_dir)
+    with disk_errors("--output_dir", training_args.output_dir):
+        trainer.train(resume_from_checkpoint=resume_from)
+        log_finished_run(resume_from, trainer.state.global_step, trainer.state.max_steps)
+        if dataset.skipped_images:
+            logger.warning("skipped %d samples whose image could not be decoded (--skip_bad_samples; each was replaced "
+                           "by the next usable sample)", dataset.skipped_images)
+        trainer.save_state()
+        llava_config(model).use_cache = True
+        trainer.save_model(training_args.output_dir)
     logger.info("saved the %s model to %s", save_mode, os.path.abspath(training_args.output_dir))
     return trainer
 

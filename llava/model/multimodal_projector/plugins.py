@@ -18,6 +18,9 @@ declares itself with a :class:`CompressorPlugin` and :func:`register_plugin`, us
   layer's features (:class:`ModelNeeds`; a constant or ``needs(config) -> ModelNeeds``);
 - ``boundary``: ``"pre"`` (the module compresses tower features, then projects; the built module is the whole
   projector) or ``"post"`` (it runs on projected tokens); the cost tools account by it;
+- ``tokens_depend_on_image``: whether the number of tokens per view depends on the image (adaptive selection),
+  a constant or ``tokens_depend_on_image(config) -> bool``; such a projector cannot feed a merge that needs the
+  same count in every view (AnyRes ``spatial`` / ``spatial_unpad``), which is refused before training or loading;
 - ``view``: ``view(projector, ViewInputs) -> CompressorView | None``, the demo panel's picture
   (:mod:`llava.serve.panels`);
 - ``tools``: named helpers it offers to llava's commands (:func:`find_tool`), e.g. ``"prefill_flops"``
@@ -257,6 +260,7 @@ class CompressorPlugin:
         boundary: ``"pre"`` or ``"post"`` (see the module docstring).
         view: ``view(projector, ViewInputs) -> CompressorView | None`` for the demo panel.
         tools: Named helpers (see :func:`find_tool`).
+        tokens_depend_on_image: The token count per view depends on the image (a bool, or a function of the config).
     """
 
     name: str
@@ -269,6 +273,7 @@ class CompressorPlugin:
     boundary: Boundary = "pre"
     view: Callable[[Any, Any], Any] | None = None
     tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    tokens_depend_on_image: bool | Callable[[Any], bool] = False
 
     def __post_init__(self) -> None:
         if self.boundary not in BOUNDARIES:
@@ -368,6 +373,15 @@ def plugin_for(projector_type: str | None) -> CompressorPlugin | None:
         if plugin.matches(projector_type):
             return plugin
     return None
+
+
+def tokens_depend_on_image(config: Any) -> bool:
+    """Whether ``config.mm_projector_type``'s plugin declares a per-view token count that depends on the image."""
+    plugin = plugin_for(getattr(config, "mm_projector_type", None))
+    if plugin is None:
+        return False
+    declared = plugin.tokens_depend_on_image
+    return bool(declared(config) if callable(declared) else declared)
 
 
 def plugin_settings() -> list[tuple[CompressorPlugin, Setting]]:
@@ -476,5 +490,6 @@ __all__ = [
     "plugin_settings",
     "register_plugin",
     "settings_in",
+    "tokens_depend_on_image",
     "unregister_plugin",
 ]

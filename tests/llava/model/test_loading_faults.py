@@ -176,3 +176,17 @@ def test_plain_language_model_config_of_the_wrong_type_is_named(tiny_base_llm, t
     _edit_config(path, num_hidden_layers="2")
     with pytest.raises(UserError, match=r"vicuna-strlayers/config\.json: key 'num_hidden_layers' is not accepted"):
         load(path)
+
+
+def test_adaptive_projector_with_a_spatial_anyres_merge_is_refused_on_load(tiny_llava_checkpoint, tmp_path):
+    # T15 at inference: the refusal came per image, for the images whose views happened to get different counts.
+    from llava.model.multimodal_projector.builder import resolve_projector
+
+    try:
+        resolve_projector("prumerge")
+    except ValueError:
+        pytest.skip("the baselines plugin (adaptive PruMerge) is not installed")
+    path = _copy(tiny_llava_checkpoint("prumerge"), tmp_path / "llava-pm-anyres")
+    _edit_config(path, image_aspect_ratio="anyres", mm_patch_merge_type="spatial", image_grid_pinpoints=[[48, 96], [96, 48]])
+    with pytest.raises(UserError, match=r"llava-pm-anyres/config\.json: mm_projector_type 'prumerge' keeps a number of visual tokens that depends on the image"):
+        load(path)

@@ -109,6 +109,44 @@ def test_killed_while_saving_resumes_from_the_newest_complete_checkpoint(tmp_pat
         train(argv=argv)
     assert seen.first_step == 4 and seen.final_step == 6
     assert "skipping incomplete checkpoints" in caplog.text and "checkpoint-6" in caplog.text
+    # T02: the last word used to be "had already finished all 6 steps: nothing was trained" after training 2 steps.
+    assert "nothing was trained" not in caplog.text
+    assert "checkpoint-4 at step 4 and trained steps 5-6 (2 steps) of 6" in caplog.text
+
+
+class _Hostile:
+    """Creates ``marker`` when unpickled without ``weights_only`` (what a planted checkpoint file would do)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import builtins
+
+        return builtins.exec, (f"open({str(self.marker)!r}, 'w').close()",)
+
+
+@pytest.mark.parametrize("planted", ["rng_state.pth", "optimizer.pt"])
+def test_hostile_trainer_file_is_refused_before_the_model_loads(finished, tmp_path: Path, monkeypatch, planted):
+    # T16: no code ran, but the traceback ended with torch's advice to re-run with weights_only=False.
+    import llava.train.train as train_module
+
+    output = tmp_path / "copy"
+    shutil.copytree(finished[0], output)
+    marker = tmp_path / "code-ran"
+    torch.save({"state": _Hostile(marker)}, output / "checkpoint-6" / planted)
+    monkeypatch.setattr(train_module, "build_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    with pytest.raises(UserError, match=rf"checkpoint-6/{planted}' holds pickled Python objects that are not tensors") as error:
+        train(argv=_with(finished[1], "--output_dir", str(output)))
+    assert "weights_only" not in str(error.value) and not marker.exists()
+
+
+def test_the_trainer_files_of_a_real_checkpoint_pass_the_check(finished):
+    from llava.train.resume import check_trainer_files
+
+    folder = finished[0] / "checkpoint-6"
+    assert {"rng_state.pth", "optimizer.pt", "scheduler.pt"} <= {path.name for path in folder.iterdir()}
+    check_trainer_files(folder)  # numpy's RNG state inside rng_state.pth is accepted, as the trainer accepts it
 
 
 # ---------------------------------------------------------------------------------------------- the decision alone
