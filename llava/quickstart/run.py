@@ -12,7 +12,9 @@ stage 2 (not 2e-5), several epochs, batch 16.
 Output folder layout: ``data/`` (images, training files, questions), ``models/`` (tokenizer, tower, base
 LLM), ``runs/<projector>/{pretrain,finetune,answers.jsonl}``, ``results.json``, ``quickstart.png``, and the
 marker file ``.llava-quickstart``. The quickstart writes only into a new or empty folder, or one holding its
-marker (a folder it created): a folder of the user's own, such as ``playground``, is refused untouched.
+marker (a folder it created): a folder of the user's own, such as ``playground``, is refused untouched. A
+location that cannot be written is refused before anything runs, and a disk that fills up midway is one
+sentence naming ``--out``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from llava.conversation import check_template_fits, conv_templates
 from llava.eval.compare import plot_pareto
 from llava.mm_utils import tokenizer_image_token
+from llava.outputs import check_writable_folder, disk_errors
 from llava.utils import setup_logging
 
 from .backbones import BACKBONES, DEFAULT_BACKBONE, resolve_backbone
@@ -286,6 +289,13 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     """
     projectors, skipped = expand_projectors(config.projectors, config.budget)
     validate_config(replace(config, projectors=tuple(projectors)))
+    check_writable_folder(out, "--out")
+    with disk_errors("--out", out):
+        return _run(Path(out), config, projectors, skipped)
+
+
+def _run(out: Path, config: QuickstartConfig, projectors: Sequence[str], skipped: list[str]) -> list[RunResult]:
+    """The body of :func:`run_quickstart`, once the settings and ``out`` are checked."""
     out = prepare_out(out)
     started = time.perf_counter()
     data = write_dataset(

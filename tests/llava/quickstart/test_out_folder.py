@@ -64,3 +64,43 @@ def test_command_line_refuses_in_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="was not created by the quickstart"):
         main(["--out", str(out), "--reduced"])
     assert (out / "data" / "keep.txt").read_text() == "data"
+
+
+def test_read_only_out_is_one_sentence_before_anything_runs(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Q01: a raw "OSError: [Errno 30] Read-only file system" before.
+    import errno
+    import tempfile
+
+    from llava.utils import cli_main
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    original = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and str(dir).startswith(str(read_only)):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return original(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    assert cli_main(main, ["--out", str(read_only / "qs"), "--reduced"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"--out '{read_only / 'qs'}' cannot be written (read-only file system)" in error and "\n" not in error
+    assert list(read_only.iterdir()) == []
+
+
+def test_disk_full_midway_is_one_sentence(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Q04: a raw "OSError: [Errno 28] No space left on device" from PIL's save before.
+    import errno
+
+    from llava.quickstart import run
+    from llava.utils import cli_main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")  # a write on an open handle names no file
+
+    monkeypatch.setattr(run, "write_dataset", full)
+    out = tmp_path / "small-disk" / "qs"
+    assert cli_main(main, ["--out", str(out), "--reduced"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"--out '{out}' cannot be written (no space left on the device); free space" in error and "\n" not in error
