@@ -48,5 +48,20 @@ lmms-eval-check: $(LMMS_VENV)/.installed
 gpu-check:
 	bash scripts/gpu/check.sh
 
+# Removes the virtualenvs and, under outputs/, only what this project's commands wrote: folders marked as ours
+# (.llava-output: llava.outputs and scripts/gpu/check.sh; .llava-quickstart: the quickstart), outputs/demo when it
+# holds nothing but the braco demo's demo.png/demo.json, and make bench's JSON. Anything else there is yours: it
+# is kept, and named.
 clean:
-	rm -rf $(VENV) $(LMMS_VENV) outputs .pytest_cache
+	rm -rf $(VENV) $(LMMS_VENV) .pytest_cache
+	rm -f outputs/bench_boundary.json
+	@for dir in outputs/*/ outputs/.[!.]*/; do \
+	    [ -d "$$dir" ] || continue; dir=$${dir%/}; \
+	    if [ -f "$$dir/.llava-output" ] || [ -f "$$dir/.llava-quickstart" ] || \
+	       { [ "$$dir" = outputs/demo ] && [ -z "$$(ls -A "$$dir" | grep -vxE 'demo\.(png|json)')" ]; }; then \
+	        echo "rm -rf $$dir"; rm -rf "$$dir"; \
+	    else \
+	        echo "kept $$dir (not written by this project's commands: no .llava-output marker)"; \
+	    fi; \
+	done
+	@rmdir outputs 2>/dev/null || true

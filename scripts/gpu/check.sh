@@ -12,12 +12,20 @@
 #   summary.txt                    one screen: versions, device, what passed, failed or could not run
 # Environment: GPU_CHECK_STEPS ("tests bench train" by default, for a machine without a time limit),
 # GPU_CHECK_BUDGET_S (total seconds, default 540).
+# Exit status: 0 when every step passed; 1 when a step failed, timed out or was skipped for lack of time (the
+# summary says which); 2 when $OUT is a folder of someone else's files (it is left untouched).
 set -uo pipefail
 
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu}
-mkdir -p "$OUT"
+MARKER=.llava-output
+if [ -d "$OUT" ] && [ ! -f "$OUT/$MARKER" ] && [ -n "$(ls -A "$OUT")" ]; then
+    echo "check.sh: error: OUT '$OUT' already holds files this script did not write; choose an empty or new folder" >&2
+    exit 2
+fi
+mkdir -p "$OUT" && echo "written by scripts/gpu/check.sh; a re-run of it may replace this folder" > "$OUT/$MARKER"
 START=$(date +%s)
+FAILURES=0
 BUDGET=${GPU_CHECK_BUDGET_S:-540}
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
@@ -28,7 +36,7 @@ left() { echo $((BUDGET - ($(date +%s) - START))); }
 step() {
     local name=$1 limit=$2; shift 2
     local remaining; remaining=$(left)
-    if [ "$remaining" -lt 20 ]; then note "SKIPPED  $name (time budget spent)"; return; fi
+    if [ "$remaining" -lt 20 ]; then note "SKIPPED  $name (time budget spent)"; FAILURES=$((FAILURES + 1)); return; fi
     [ "$limit" -gt "$remaining" ] && limit=$remaining
     local t0; t0=$(date +%s)
     timeout "$limit" "$@"
@@ -36,8 +44,8 @@ step() {
     local took=$(( $(date +%s) - t0 ))
     case $rc in
         0) note "PASSED   $name (${took} s)" ;;
-        124) note "TIMEOUT  $name (after ${limit} s)" ;;
-        *) note "FAILED   $name (exit $rc, ${took} s)" ;;
+        124) note "TIMEOUT  $name (after ${limit} s)"; FAILURES=$((FAILURES + 1)) ;;
+        *) note "FAILED   $name (exit $rc, ${took} s)"; FAILURES=$((FAILURES + 1)) ;;
     esac
 }
 
@@ -46,7 +54,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && export PATH=/tmp/site/bin:$PATH
 fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || note "FAILED   pip install -e . (offline)"
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
+    || { note "FAILED   pip install -e . (offline)"; FAILURES=$((FAILURES + 1)); }
 
 {
     echo "date $(date -u +%F\ %T) UTC"
@@ -78,4 +87,5 @@ if [[ " $STEPS " == *" train "* ]]; then
     step "GPU training step" 480 python3 benchmarks/gpu_train_step.py --out "$OUT/gpu_train.json" > "$OUT/gpu_train.log" 2>&1
     tail -n 8 "$OUT/gpu_train.log" >> "$SUMMARY"
 fi
-note "total $(( $(date +%s) - START )) s"
+note "total $(( $(date +%s) - START )) s; $FAILURES step(s) did not pass"
+[ "$FAILURES" -eq 0 ]

@@ -1,0 +1,71 @@
+"""``scripts/gpu/check.sh``: its exit status says whether every step passed (M10), and its output folder follows
+the project's rule (a folder of someone else's files is refused untouched). ``python3`` is a stub here, so nothing
+is installed and no GPU is needed; each run takes well under a second."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CHECK = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "check.sh"
+
+
+def _run(tmp_path: Path, out: Path, python_exit: int) -> subprocess.CompletedProcess:
+    stubs = tmp_path / "bin"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "python3").write_text(f"#!/bin/sh\nexit {python_exit}\n")
+    (stubs / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "OUT": str(out), "GPU_CHECK_STEPS": "tests",
+           "GPU_CHECK_BUDGET_S": "120"}
+    return subprocess.run(["bash", str(CHECK)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_failed_step_makes_the_script_fail(tmp_path: Path) -> None:
+    # M10: every step said FAILED, but the script (and `make gpu-check`) exited 0.
+    result = _run(tmp_path, tmp_path / "gpu", python_exit=3)
+    summary = (tmp_path / "gpu" / "summary.txt").read_text()
+    assert result.returncode == 1
+    assert "FAILED   GPU tests (exit 3" in summary and "2 step(s) did not pass" in summary  # the install and the tests
+
+
+def test_every_step_passing_exits_zero_and_marks_the_folder(tmp_path: Path) -> None:
+    result = _run(tmp_path, tmp_path / "gpu", python_exit=0)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASSED   GPU tests" in (tmp_path / "gpu" / "summary.txt").read_text()
+    assert (tmp_path / "gpu" / ".llava-output").is_file()  # `make clean` may remove it
+    assert _run(tmp_path, tmp_path / "gpu", python_exit=0).returncode == 0  # its own folder: reused
+
+
+def test_a_folder_of_someone_elses_files_is_refused_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "summary.txt").write_text("my own notes")
+    result = _run(tmp_path, out, python_exit=0)
+    assert result.returncode == 2 and "already holds files this script did not write" in result.stderr
+    assert (out / "summary.txt").read_text() == "my own notes" and sorted(p.name for p in out.iterdir()) == ["summary.txt"]
+
+
+@pytest.mark.skipif(not Path("/usr/bin/make").exists() and not Path("/bin/make").exists(), reason="make is not installed")
+def test_make_clean_removes_only_the_projects_outputs(tmp_path: Path) -> None:
+    # M14: `make clean` ran `rm -rf outputs` and deleted the user's own results with it.
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "Makefile").write_text((CHECK.parents[2] / "Makefile").read_text())
+    outputs = root / "outputs"
+    for name, marker in (("quickstart", ".llava-quickstart"), ("gpu", ".llava-output"), ("merged", ".llava-output"),
+                         ("demo", "demo.png"), ("my-own-results", "notes.txt")):
+        (outputs / name).mkdir(parents=True)
+        (outputs / name / marker).write_text("x")
+    (outputs / "demo" / "demo.json").write_text("{}")
+    (outputs / "my-own-results" / "demo.png").write_text("mine")
+    (outputs / "bench_boundary.json").write_text("{}")
+    (outputs / "mine.txt").write_text("mine")
+    (root / ".venv").mkdir()
+    result = subprocess.run(["make", "-s", "clean"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in outputs.iterdir()) == ["mine.txt", "my-own-results"]
+    assert sorted(p.name for p in (outputs / "my-own-results").iterdir()) == ["demo.png", "notes.txt"]
+    assert not (root / ".venv").exists() and "kept outputs/my-own-results" in result.stdout
