@@ -106,7 +106,8 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     model_args, data_args, training_args = parse_arguments(argv)
     check_output_dir(model_args, data_args, training_args)
     if model_args.vision_tower:
-        check_patch_merge(SimpleNamespace(**vars(model_args), image_aspect_ratio=data_args.image_aspect_ratio), "the flags")
+        flags = {**vars(model_args), "image_aspect_ratio": data_args.image_aspect_ratio}
+        check_patch_merge(SimpleNamespace(**flags), "the flags")
     conv = conversation_template(model_args.version)
     records, _ = load_training_records(
         data_args.data_path, data_args.image_folder, multimodal=model_args.vision_tower is not None, conv=conv,
