@@ -8,7 +8,8 @@ Each function is called from one line of :mod:`llava.model.builder`:
   blamed), and LLaVA's generic boolean keys stored as strings (``"false"`` is truthy in Python);
 - :func:`check_tokenizer_files`: a checkpoint folder without tokenizer files (transformers asks to install
   sentencepiece, which is installed);
-- :func:`check_weight_files`: a truncated or corrupt ``*.safetensors`` (a raw ``SafetensorError``);
+- :func:`check_weight_files`: a truncated or corrupt ``*.safetensors`` (a raw ``SafetensorError``) or
+  ``pytorch_model*.bin`` shard (truncated, or holding pickled objects other than tensors);
 - :func:`check_loaded_weights`: weights of the model that the checkpoint does not hold (they would stay
   random and the model would generate garbage), unless the caller opts out with ``allow_missing_weights``;
 - :func:`weights_file_error`: the sentence for an unreadable ``.bin``/``.safetensors`` file, which never repeats
@@ -203,10 +204,12 @@ def weights_file_error(path: str, error: BaseException) -> UserError:
     """The one sentence for a weights file that cannot be read (the library's own advice is left out)."""
     import pickle
 
-    if isinstance(error, pickle.UnpicklingError) and "weights_only" in str(error):
+    refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+    if isinstance(error, pickle.UnpicklingError) and refused:
         return UserError(
-            f"weights file {path!r} holds pickled Python objects that are not tensors, so it was not loaded (unpickling "
-            "them could run arbitrary code); use a copy you trust, saved with torch.save of tensors only or as safetensors"
+            f"weights file {path!r} holds pickled Python objects that are not tensors ({refused.group(1)}), so it was not "
+            "loaded (unpickling them could run arbitrary code); use a copy you trust, saved with torch.save of tensors "
+            "only or as safetensors"
         )
     kind = type(error).__name__
     return UserError(
@@ -216,12 +219,16 @@ def weights_file_error(path: str, error: BaseException) -> UserError:
 
 
 def check_weight_files(model_path: str) -> None:
-    """Open the header of every ``*.safetensors`` file of a local folder (cheap) and raise on a broken one."""
+    """Open every weights file of a local folder cheaply and raise on a broken one: the header of each
+    ``*.safetensors``, and, when the folder has no safetensors weights (transformers would then read the
+    ``pytorch_model*.bin`` shards), each shard as :func:`~llava.model.weights_io.load_weights_file` reads it
+    (``weights_only=True``, tensors mapped, not read), so a truncated or hostile shard is one sentence."""
     if not os.path.isdir(model_path):
         return
     from safetensors import safe_open
 
-    for name in sorted(os.listdir(model_path)):
+    names = sorted(os.listdir(model_path))
+    for name in names:
         if name.endswith(".safetensors"):
             path = os.path.join(model_path, name)
             try:
@@ -229,6 +236,13 @@ def check_weight_files(model_path: str) -> None:
                     pass
             except Exception as error:  # SafetensorError, OSError: any failure means the file is unusable
                 raise weights_file_error(path, error) from None
+    if any(name.startswith("model") and name.endswith(".safetensors") for name in names):
+        return
+    from .weights_io import load_weights_file
+
+    for name in names:
+        if name.startswith("pytorch_model") and name.endswith(".bin"):
+            load_weights_file(os.path.join(model_path, name), mmap=True)
 
 
 def check_loaded_weights(

@@ -95,7 +95,7 @@ def test_hostile_pickle_shard_is_refused_without_weights_only_advice(tiny_llava_
     weights = torch.load(checkpoint / "pytorch_model.bin", weights_only=True)
     torch.save({**weights, "payload": _Hostile(marker)}, checkpoint / "pytorch_model.bin")
     code, message = _run(_script("extract_mm_projector").main, ["--model-path", str(checkpoint), "--output", str(tmp_path / "mm.bin")], capsys)
-    assert code == 2 and "holds pickled Python objects that are not tensors, so it was not loaded" in message
+    assert code == 2 and "holds pickled Python objects that are not tensors (exec), so it was not loaded" in message
     assert "weights_only" not in message and not marker.exists()
 
 

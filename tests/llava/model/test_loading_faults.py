@@ -190,3 +190,44 @@ def test_adaptive_projector_with_a_spatial_anyres_merge_is_refused_on_load(tiny_
     _edit_config(path, image_aspect_ratio="anyres", mm_patch_merge_type="spatial", image_grid_pinpoints=[[48, 96], [96, 48]])
     with pytest.raises(UserError, match=r"llava-pm-anyres/config\.json: mm_projector_type 'prumerge' keeps a number of visual tokens that depends on the image"):
         load(path)
+
+
+def _bin_shard_checkpoint(source: Path, target: Path) -> Path:
+    """``source`` with a ``pytorch_model.bin`` shard (the released LLaVA-1.5 layout) instead of safetensors."""
+    import torch
+
+    _copy(source, target)
+    weights = load_file(str(target / "model.safetensors"))
+    (target / "model.safetensors").unlink()
+    torch.save(weights, target / "pytorch_model.bin")
+    return target
+
+
+class _Hostile:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import builtins
+
+        return builtins.exec, (f"open({str(self.marker)!r}, 'w').close()",)
+
+
+def test_bin_shard_checkpoint_loads_and_broken_shards_are_one_sentence(tiny_llava_checkpoint, tmp_path):
+    import torch
+
+    path = _bin_shard_checkpoint(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "ckpt-bin")
+    _, model, _, _ = load(path)  # the intact shard passes the check and loads
+    stored = torch.load(path / "pytorch_model.bin", weights_only=True)
+    assert torch.equal(model.lm_head.weight, stored["lm_head.weight"])
+    shard = path / "pytorch_model.bin"
+    intact = shard.read_bytes()
+    shard.write_bytes(intact[: len(intact) // 2])  # X02 on load: a truncated shard
+    with pytest.raises(UserError, match=r"pytorch_model\.bin' is not a readable weights file") as error:
+        load(path)
+    assert "weights_only" not in str(error.value)
+    marker = tmp_path / "code-ran"
+    torch.save({**stored, "payload": _Hostile(marker)}, shard)  # X03 on load: a hostile shard
+    with pytest.raises(UserError, match=r"pytorch_model\.bin' holds pickled Python objects that are not tensors"):
+        load(path)
+    assert not marker.exists()
