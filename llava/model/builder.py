@@ -1,7 +1,7 @@
 """``load_pretrained_model``: upstream LLaVA's loader for full, LoRA and projector-only checkpoints.
 
 Which loader runs depends on what the checkpoint folder holds (:func:`checkpoint_kind`, in
-:mod:`llava.model.checkpoint_layout`), not on its name as upstream did, so ``outputs/braco/k9/seed0/stage2`` or
+:mod:`llava.model.checkpoint_layout`), not on its name as upstream did, so ``outputs/<run>/k9/seed0/stage2`` or
 ``ckpt`` load like ``llava-v1.5-7b``:
 
 * a LLaVA ``config.json`` with ``adapter_config.json`` and a ``model_base``: base LLM + ``non_lora_trainables`` +

@@ -1,7 +1,7 @@
 """What a checkpoint folder holds, and so which loader :func:`llava.model.builder.load_pretrained_model` runs.
 
-Upstream LLaVA decides from the folder's *name* (``"llava" in name``, ``"lora" in name``), so an official Braco
-checkpoint in ``outputs/braco/k9/seed0/stage2`` or a folder called ``ckpt`` loads as a plain language model and
+Upstream LLaVA decides from the folder's *name* (``"llava" in name``, ``"lora" in name``), so a compressor
+release's ``outputs/<method>/k9/seed0/stage2`` or a folder called ``ckpt`` loads as a plain language model and
 then fails on the missing image processor. Here the files decide (:func:`checkpoint_kind`):
 
 - ``config.json`` says whether it is a LLaVA model: a registered LLaVA ``model_type`` (``llava``, ``llava_llama``,
