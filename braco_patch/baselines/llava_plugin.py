@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from llava.cost.module import CostModel
 from llava.model.multimodal_projector.builder import mlp_projector, resolve_projector
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
 
@@ -371,20 +372,20 @@ def _view(kind: str):
     return view
 
 
-# ---------------------------------------------------------------------------------------------- cost tools
+# ---------------------------------------------------------------------------------------------- cost
 
 
-def _cost_tools(method: str, names: tuple[str, ...], *, square: bool = False) -> dict[str, Any]:
-    """The ``module_flops`` and ``projectors_at_budget`` tools of one method (``braco cost``, ``--projectors all``).
+def _cost_model(method: str, names: tuple[str, ...], *, square: bool = False) -> CostModel:
+    """The :class:`CostModel` of one method (``braco cost``, ``llava.eval.compare``, ``--projectors all``).
 
     Args:
-        method: A key of :data:`braco_patch.baselines.cost.MODULE_FLOPS`.
+        method: A key of :data:`braco_patch.baselines.module_flops.MODULE_FLOPS`.
         names: Projector-type templates offered for a budget, e.g. ``("divprune_k{k}",)``.
         square: The method gives only square numbers of tokens (a C×C grid of regions or frequencies).
     """
 
     def module_flops(config: Any, setting: Any) -> Any:
-        from braco_patch.cost.baselines import baseline_module_flops
+        from .module_flops import baseline_module_flops
 
         name = str(config.mm_projector_type)
         _, match = resolve_projector(name)  # the registered pattern's last group is K (MQT: mm_mqt_num_tokens first)
@@ -397,13 +398,13 @@ def _cost_tools(method: str, names: tuple[str, ...], *, square: bool = False) ->
             )
         return baseline_module_flops(method, int(budget), setting, projector_type=name)
 
-    def projectors_at_budget(budget: int) -> list[str]:
+    def types_at_budget(budget: int) -> list[str]:
         side = math.isqrt(budget)
         if square and side * side != budget:
             raise ValueError(f"{method} gives a square number of tokens (4, 9, 16, 25, ...), not {budget}")
         return [template.format(k=budget) for template in names]
 
-    return {"module_flops": module_flops, "projectors_at_budget": projectors_at_budget}
+    return CostModel(module_flops=module_flops, types_at_budget=types_at_budget)
 
 
 # ---------------------------------------------------------------------------------------------- declarations
@@ -426,7 +427,7 @@ PLUGINS = (
         needs=ModelNeeds(attention=True),
         boundary=PruMerge.boundary,
         view=_view("prumerge"),
-        tools=_cost_tools("prumerge", ("prumerge_k{k}", "prumerge_plus_k{k}")),
+        cost=_cost_model("prumerge", ("prumerge_k{k}", "prumerge_plus_k{k}")),
     )),
     register_plugin(CompressorPlugin(
         name="divprune",
@@ -435,7 +436,7 @@ PLUGINS = (
         needs=ModelNeeds(),
         boundary=DivPrune.boundary,
         view=_view("divprune"),
-        tools=_cost_tools("divprune", ("divprune_k{k}",)),
+        cost=_cost_model("divprune", ("divprune_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="mqt",
@@ -455,7 +456,7 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=MQTAbstractor.boundary,
         view=_view("mqt"),
-        tools=_cost_tools("mqt", ("mqt_k{k}",)),
+        cost=_cost_model("mqt", ("mqt_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="quecc",
@@ -468,7 +469,7 @@ PLUGINS = (
         needs=_quecc_needs,
         boundary=QueCC.boundary,
         view=_view("regions"),
-        tools=_cost_tools("quecc", ("quecc_k{k}",), square=True),
+        cost=_cost_model("quecc", ("quecc_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="tokenpacker",
@@ -481,7 +482,7 @@ PLUGINS = (
         needs=_tokenpacker_needs,
         boundary=TokenPacker.boundary,
         view=_view("regions"),
-        tools=_cost_tools("tokenpacker", ("tokenpacker_k{k}",), square=True),
+        cost=_cost_model("tokenpacker", ("tokenpacker_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="fouriervlm",
@@ -491,6 +492,6 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=FourierVLM.boundary,
         view=_view("fouriervlm"),
-        tools=_cost_tools("fourier_vlm", ("fouriervlm_k{k}",), square=True),
+        cost=_cost_model("fourier_vlm", ("fouriervlm_k{k}",), square=True),
     )),
 )

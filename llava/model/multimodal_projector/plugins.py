@@ -20,8 +20,8 @@ declares itself with a :class:`CompressorPlugin` and :func:`register_plugin`, us
   projector) or ``"post"`` (it runs on projected tokens); the cost tools account by it;
 - ``view``: ``view(projector, ViewInputs) -> CompressorView | None``, the demo panel's picture
   (:mod:`llava.serve.panels`);
-- ``tools``: named helpers it offers to llava's commands (:func:`find_tool`), e.g. ``"prefill_flops"``
-  ``(checkpoint_dir, prompt_tokens) -> dict`` for the quickstart's cost column.
+- ``cost``: a :class:`llava.cost.module.CostModel`: its module's FLOPs in llava's convention and its projector types
+  per visual-token budget (the cost tables, ``llava.eval.compare``, the quickstart's ``--projectors all``).
 
 **How a projector is called** (:meth:`LlavaMetaForCausalLM.encode_images`): a projector whose plugin needs
 nothing (:attr:`ModelNeeds.extra` is false) is called as ``projector(features)`` with ``features``
@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+
+from llava.cost.module import CostModel
 
 Boundary = Literal["pre", "post"]
 BOUNDARIES = ("pre", "post")
@@ -256,7 +258,7 @@ class CompressorPlugin:
         needs: A :class:`ModelNeeds`, or ``needs(config) -> ModelNeeds``.
         boundary: ``"pre"`` or ``"post"`` (see the module docstring).
         view: ``view(projector, ViewInputs) -> CompressorView | None`` for the demo panel.
-        tools: Named helpers (see :func:`find_tool`).
+        cost: Its :class:`~llava.cost.module.CostModel` (``None``: its cost cannot be counted).
     """
 
     name: str
@@ -268,7 +270,7 @@ class CompressorPlugin:
     needs: ModelNeeds | Callable[[Any], ModelNeeds] = ModelNeeds()
     boundary: Boundary = "pre"
     view: Callable[[Any, Any], Any] | None = None
-    tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    cost: CostModel | None = None
 
     def __post_init__(self) -> None:
         if self.boundary not in BOUNDARIES:
@@ -450,14 +452,6 @@ def apply_runtime_settings(model: Any, values: Mapping[str, Any]) -> None:
         projector.apply_settings(parsed)
 
 
-def find_tool(name: str) -> Callable[..., Any] | None:
-    """The helper ``name`` of the first registered plugin that offers one, or ``None``."""
-    for plugin in list_plugins():
-        if name in plugin.tools:
-            return plugin.tools[name]
-    return None
-
-
 __all__ = [
     "BOUNDARIES",
     "apply_runtime_settings",
@@ -468,7 +462,6 @@ __all__ = [
     "RunInfo",
     "Setting",
     "check_plugin_config",
-    "find_tool",
     "list_plugins",
     "needs_for_config",
     "owner_of",
