@@ -168,6 +168,15 @@ def test_table_compressors_command(capsys):
     assert all(r["paper_gflops"] is None for r in result["compressors"]["9"])  # the paper's table is K = 16 only
 
 
+def test_table_compressors_leaves_out_a_budget_a_method_cannot_give(capsys):
+    # 25 = 5 x 5 regions does not divide a 24 x 24 grid (paper: "25 omitted for QueCC"); the table goes on without it.
+    result = main(["--table", "compressors", "--budgets", "25"])
+    rows = {r["method"]: r for r in result["compressors"]["25"]}
+    assert "accepted budgets: [1, 4, 9, 16, 36" in rows["quecc"]["left_out"] and "left_out" in rows["tokenpacker"]
+    assert rows["braco"]["tokens"] == 25 and "left_out" not in rows["divprune"]
+    assert "quecc        ours       left out: QueCC cannot give 25 tokens" in capsys.readouterr().out
+
+
 def test_fourier_vlm_and_prumerge_split_against_direct_formulas():
     setting = cost_setting(get_preset("llava-v1.5-7b"))
     mlp16 = 2 * 16 * 1024 * 4096 + 2 * 16 * 4096 * 4096
