@@ -340,12 +340,9 @@ class LlavaMetaForCausalLM(ABC):
         """Vision tower, then projector, calling the projector the one documented way.
 
         When the projector's compressor plugin needs nothing beyond the select layer (built-ins, or
-        :attr:`ModelNeeds.extra` false) this is upstream's ``projector(tower(images))``. Otherwise the tower
-        is asked for what the plugin declared (``tower.encode(images, layers=..., attention_layer=...)`` when it
-        needs other layers or the attention, ``tower(images)`` otherwise), and
-        the projector is called as ``projector(features, inputs)`` with a :class:`CompressorInputs`
-        (see :mod:`llava.model.multimodal_projector.plugins`). What the plugin needs was resolved when the
-        projector was built. The work is :func:`llava.model.image_encoding.encode_images`.
+        :attr:`ModelNeeds.extra` false) this is upstream's ``projector(tower(images))``; otherwise
+        ``projector(features, inputs)`` with a :class:`CompressorInputs` holding what the plugin declared (resolved
+        when the projector was built). The work is :func:`llava.model.image_encoding.encode_images`.
 
         Args:
             images: ``[N, 3, H, W]`` pixels.

@@ -15,7 +15,9 @@ declares itself with a :class:`CompressorPlugin` and :func:`register_plugin`, us
   e.g. a temperature schedule per training stage;
 - ``callbacks``: ``callbacks(model) -> list[TrainerCallback]``, added by ``train.py`` to the trainer;
 - ``needs``: what :meth:`LlavaMetaForCausalLM.encode_images` must hand the projector besides the select
-  layer's features (:class:`ModelNeeds`; a constant or ``needs(config) -> ModelNeeds``);
+  layer's features (:class:`ModelNeeds`: other tower layers, one layer's attention relative to the select
+  layer, the question or the whole prompt; a constant or ``needs(config) -> ModelNeeds``), resolved once when
+  the projector is built and kept on it (:func:`attach_needs`, :func:`projector_needs`);
 - ``boundary``: ``"pre"`` (the module compresses tower features, then projects; the built module is the whole
   projector) or ``"post"`` (it runs on projected tokens); the cost tools account by it;
 - ``view``: ``view(projector, ViewInputs) -> CompressorView | None``, the demo panel's picture
@@ -26,7 +28,9 @@ declares itself with a :class:`CompressorPlugin` and :func:`register_plugin`, us
 **How a projector is called** (:meth:`LlavaMetaForCausalLM.encode_images`): a projector whose plugin needs
 nothing (:attr:`ModelNeeds.extra` is false) is called as ``projector(features)`` with ``features``
 ``[N, T, mm_hidden_size]`` (the select layer, after ``mm_vision_select_feature``), exactly as upstream. Otherwise
-it is called as ``projector(features, inputs)`` with ``inputs`` a :class:`CompressorInputs`.
+it is called as ``projector(features, inputs)`` with ``inputs`` a :class:`CompressorInputs`. The text a
+compressor reads arrives as an argument of that call (from ``generate`` / ``forward``'s ``question_ids`` or the
+model's own ids, :mod:`llava.model.compressor_text`), never as model state.
 
 This module imports nothing heavy and knows no plugin by name.
 """
@@ -41,6 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+
+from .needs import NEEDS_ATTRIBUTE, TEXT_NEEDS, CompressorInputs, ModelNeeds, projector_needs
 
 Boundary = Literal["pre", "post"]
 BOUNDARIES = ("pre", "post")
@@ -153,93 +159,6 @@ def _convert(kind: type, value: Any) -> Any:
             return number if math.isfinite(number) else None
         return None
     return value if isinstance(value, str) else None
-
-
-# ---------------------------------------------------------------------------------------------- model needs
-
-#: The text a compressor may ask for (:attr:`ModelNeeds.text`): each sample's question (the first user turn,
-#: image markers removed, tokenized on its own as the tokenizer encodes a text: QueCC), or the whole prompt
-#: (every non-target token of the sample: system text, roles, every turn).
-TEXT_NEEDS = ("question", "prompt")
-
-
-@dataclass(frozen=True)
-class ModelNeeds:
-    """What a compressor needs from the model besides the select layer's features.
-
-    Resolved once, when the projector is built (:func:`needs_for_config`), and kept on the built module as
-    ``compressor_needs`` (:func:`projector_needs`); ``encode_images`` reads it from there.
-
-    Args:
-        tower_layers: Hidden-state indices of the vision tower (as ``mm_vision_select_layer``, negative from
-            the end) whose features the compressor reads (e.g. multi-level features).
-        attention: The encoder layer whose self-attention the compressor reads (its queries, keys and
-            probabilities), **relative to the select layer**: ``0`` is the layer that produced the select
-            layer's features (their own attention, as most attention-based pruners use), ``1`` the next layer,
-            whose input they are (PruMerge: with ``mm_vision_select_layer -2`` on CLIP-L that is the last
-            layer, index 23 of 24); ``None`` for no attention.
-        text: ``"question"`` or ``"prompt"`` (see :data:`TEXT_NEEDS`), or ``None`` for no text.
-        square_grid: The tower's patch grid must be square.
-    """
-
-    tower_layers: tuple[int, ...] = ()
-    attention: int | None = None
-    text: str | None = None
-    square_grid: bool = False
-
-    def __post_init__(self) -> None:
-        if self.attention is not None and (isinstance(self.attention, bool) or not isinstance(self.attention, int)):
-            raise ValueError(
-                f"ModelNeeds.attention is a layer offset from the select layer (0: the layer that produced its "
-                f"features, 1: the next layer) or None, got {self.attention!r}"
-            )
-        if self.text is not None and self.text not in TEXT_NEEDS:
-            raise ValueError(f"ModelNeeds.text must be one of {list(TEXT_NEEDS)} or None, got {self.text!r}")
-
-    @property
-    def prompt(self) -> bool:
-        """Whether the compressor reads any text (``text`` is set), so the model runs a text pass for it."""
-        return self.text is not None
-
-    @property
-    def extra(self) -> bool:
-        """Whether the projector takes a :class:`CompressorInputs` (anything beyond the select layer)."""
-        return bool(self.tower_layers) or self.attention is not None or self.text is not None
-
-
-@dataclass
-class CompressorInputs:
-    """Everything a plugin asked for, passed as ``projector(features, inputs)``.
-
-    Attributes:
-        features: ``[N, T, D]`` the select layer's features (the same tensor as the first argument).
-        grid_shape: ``(H, W)`` patch grid of the tower.
-        has_cls_token: Whether the tower has a CLS token (position 0 of ``queries``/``keys``/``attention``;
-            in ``features`` only with ``mm_vision_select_feature cls_patch``).
-        layers: ``{index: [N, T', D]}`` for each requested ``tower_layers`` index, as the tower returns them.
-        attention: ``[N, heads, T', T']`` float32 attention probabilities of the layer ``ModelNeeds.attention``
-            names, or ``None``.
-        queries: ``[N, T', D]`` that layer's query projections (``q_proj`` outputs, all heads, before scaling).
-        keys: ``[N, T', D]`` that layer's key projections (``k_proj`` outputs, all heads).
-        prompt: The text the plugin asked for (``ModelNeeds.text``), one ``[L_i, hidden_size]`` tensor per image,
-            embedded by the LLM's input embedding: the question of the image's sample (its ids as the caller
-            tokenized it, e.g. with BOS), or the whole prompt (the sample's non-target tokens, padding and image
-            markers removed). ``None`` when the images come without text (``encode_images`` on its own).
-        prompt_ids: The token ids of the same tokens, ``[L_i]`` each.
-        run_language_model: ``run_language_model(embeds [1, L, hidden]) -> [1, L, hidden]``, the LLM's last
-            hidden states (an extra pass over the text, for text-conditioned compressors).
-    """
-
-    features: torch.Tensor
-    grid_shape: tuple[int, int]
-    has_cls_token: bool
-    layers: dict[int, torch.Tensor] = field(default_factory=dict)
-    attention: torch.Tensor | None = None
-    queries: torch.Tensor | None = None
-    keys: torch.Tensor | None = None
-    prompt: list[torch.Tensor] | None = None
-    prompt_ids: list[torch.Tensor] | None = None
-    run_language_model: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 # ---------------------------------------------------------------------------------------------- plugins
@@ -452,21 +371,10 @@ def needs_for_config(config: Any) -> ModelNeeds:
     return plugin.needs_for(config) if plugin is not None else ModelNeeds()
 
 
-#: Attribute of a built projector that holds its resolved :class:`ModelNeeds`.
-NEEDS_ATTRIBUTE = "compressor_needs"
-
-
 def attach_needs(projector: torch.nn.Module, config: Any) -> torch.nn.Module:
     """Resolve what ``config``'s projector needs and keep it on the built ``projector``; returns the projector."""
     setattr(projector, NEEDS_ATTRIBUTE, needs_for_config(config))
     return projector
-
-
-def projector_needs(projector: torch.nn.Module) -> ModelNeeds:
-    """The needs resolved when ``projector`` was built (:func:`attach_needs`); a projector built by hand, outside
-    ``build_vision_projector``, belongs to no plugin and needs nothing beyond the select layer."""
-    needs = getattr(projector, NEEDS_ATTRIBUTE, None)
-    return needs if isinstance(needs, ModelNeeds) else ModelNeeds()
 
 
 def settings_in(values: Mapping[str, Any], plugin: CompressorPlugin) -> dict[str, Any]:
