@@ -22,6 +22,7 @@ from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
 from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, tokenizer_image_token
 from llava.devices import default_device, default_dtype, resolve_device
+from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,8 @@ class LlavaGenerator:
         if flat:
             pixels, sizes = images_to_pixels(flat, self.image_processor, self.model.config, self.device, self.dtype)
             image_kwargs = {"images": pixels, "image_sizes": sizes}
+        if flat:  # a compressor that reads the question gets it
+            image_kwargs.update(question_kwargs(self.model, self.tokenizer, prompts, self.conv_mode))
         output_ids = self.model.generate(
             input_ids, attention_mask=attention_mask, pad_token_id=self.pad_token_id, **image_kwargs, **config.generate_kwargs()
         )

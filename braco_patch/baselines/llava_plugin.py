@@ -43,7 +43,7 @@ from ._common import multi_level_layers, region_scale
 from .divprune import DivPrune
 from .fourier_vlm import FourierVLM
 from .mqt import MQTAbstractor
-from .prumerge import PruMerge
+from .prumerge import PruMerge, projection_scores
 from .quecc import QueCC
 from .tokenpacker import TokenPacker
 
@@ -165,7 +165,7 @@ class CompressThenProject(nn.Module):
         if inputs is None:
             raise ValueError(f"{type(self.compressor).__name__} needs the model's CompressorInputs; call it through encode_images")
         if self.method == "attention":
-            return self.compressor(features, inputs.attention, inputs.keys)
+            return self.compressor(features, prumerge_scores(inputs), inputs.keys)
         levels = [inputs.layers[index] for index in self.layers]
         return self.compressor(features, levels, quecc_text_states(inputs, features))
 
@@ -176,13 +176,24 @@ class CompressThenProject(nn.Module):
         return self.project(out)
 
 
-def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
-    """``[B, d_text]``: the LLM's last-layer state at the last prompt token of each image's prompt.
+def prumerge_scores(inputs: Any) -> torch.Tensor:
+    """``[B, N]`` PruMerge importance from the q/k projections of the layer its plugin asked for (the release's
+    single full-width product, :func:`~braco_patch.baselines.prumerge.projection_scores`)."""
+    if inputs.queries is None or inputs.keys is None:
+        raise ValueError("PruMerge scores patches with the tower's query and key projections, but CompressorInputs has none; call it through encode_images")
+    return projection_scores(inputs.queries, inputs.keys, inputs.has_cls_token)
 
-    Each prompt runs on its own (``[1, L_i, hidden]``, no padding), so an image's tokens never depend on the
-    batch. The pass carries no gradient into the LLM (the text projection after it trains). Without a prompt
-    (``encode_images`` called on its own, e.g. the demo's token count) the state is zero, and so is an image's
-    whose prompt has no text token (a stage-1 ``plain`` sample on a tokenizer that adds no BOS, e.g. Qwen2's).
+
+def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
+    """``[B, d_text]``: the LLM's last-layer state at the last token of each image's question.
+
+    The question (``CompressorInputs.prompt`` for a plugin that asked for ``text="question"``) is the first user
+    turn without image markers, tokenized on its own with the tokenizer's special tokens (LLaMA: BOS), as the
+    release re-tokenizes it. Each runs on its own (``[1, L_i, hidden]``, no padding), so an image's tokens never
+    depend on the batch. The pass carries no gradient into the LLM (the text projection after it trains).
+    Without text (``encode_images`` called on its own, e.g. the demo's token count) the state is zero, and so is
+    an image's whose question has no token at all (stage 1's ``plain`` samples have no question; on a tokenizer
+    that adds no BOS, e.g. Qwen2's, that leaves nothing to run).
     """
     width = int(features.shape[0])
     prompts = inputs.prompt
@@ -351,7 +362,7 @@ def _layers_of(config: Any, key: str) -> tuple[int, ...]:
 
 
 def _quecc_needs(config: Any) -> ModelNeeds:
-    return ModelNeeds(tower_layers=_layers_of(config, "mm_quecc_layers"), prompt=True, square_grid=True)
+    return ModelNeeds(tower_layers=_layers_of(config, "mm_quecc_layers"), text="question", square_grid=True)
 
 
 def _tokenpacker_needs(config: Any) -> ModelNeeds:
@@ -424,7 +435,7 @@ PLUGINS = (
             Setting("mm_prumerge_extra_token", bool, "append the attention-weighted sum of the pruned tokens (counts in K)", default=True),
         ),
         key_prefixes=("mm_prumerge_",),
-        needs=ModelNeeds(attention=True),
+        needs=ModelNeeds(attention=1),  # the layer after the select layer reads its features (the release's layer 23)
         boundary=PruMerge.boundary,
         view=_view("prumerge"),
         cost=_cost_model("prumerge", ("prumerge_k{k}", "prumerge_plus_k{k}")),

@@ -211,14 +211,23 @@ def _mlp(tokens: int, setting: CostSetting) -> dict[str, int]:
     return projector_flops(tokens, setting.mm_hidden, setting.lm.hidden, setting.projector_depth)
 
 
+#: What the PruMerge row's score part counts, by ``score_source``.
+_PRUMERGE_NOTES = {
+    "cls_row": "CLS row of the next layer's full-width q·Kᵀ",
+    "full_matrix": "the release's full T x T score matrix",
+    "tower": "scores reused from the tower (not counted)",
+}
+
+
 def baseline_module_flops(method: str, budget: int, setting: CostSetting, *, projector_type: str | None = None, **options: Any) -> ModuleCost:
     """The cost of baseline ``method`` at ``budget`` visual tokens per view (the plugins' ``CostModel.module_flops``).
 
     What each method's parts are (``module`` = the pre-projector figure, ``module + projector`` = post):
 
     - ``prumerge`` / PruMerge+: K - 1 kept tokens merged by key similarity plus the extra token, then
-      ``mlp2x_gelu`` on K. The CLS-attention scores are the tower's (``score_source="tower"``: no extra work);
-      ``score_source="full_matrix"`` counts the repository's own ``T x T`` single-head product.
+      ``mlp2x_gelu`` on K. The score is the CLS row of the next encoder layer's single full-width product, as
+      the model path computes it (``score_source="cls_row"``: ``2·T·D``); ``score_source="full_matrix"`` counts
+      the release's whole ``T x T`` product, ``"tower"`` none.
     - ``divprune``: runs after ``mlp2x_gelu`` on all N tokens (the projector part), then the ``N x N`` cosine
       similarity in the LLM width (the module).
     - ``mqt``: the query abstractor ends in the LLM width itself (projector part empty).
@@ -246,8 +255,9 @@ def baseline_module_flops(method: str, budget: int, setting: CostSetting, *, pro
     if budget > n:
         raise ValueError(f"{method} cannot keep {budget} of the {n} tokens of a {setting.grid[0]}x{setting.grid[1]} grid")
     if method == "prumerge":
+        options = {"score_source": "cls_row", **options}  # the model path: the CLS row of the next layer's q·Kᵀ
         module = prumerge_flops(d, n, budget - 1, **options)
-        return ModuleCost(name, budget, "pre", module, _mlp(budget, setting), "CLS attention from the tower" if options.get("score_source", "tower") == "tower" else "")
+        return ModuleCost(name, budget, "pre", module, _mlp(budget, setting), _PRUMERGE_NOTES[options.get("score_source", "cls_row")])
     if method == "divprune":
         return ModuleCost(name, budget, "post", divprune_flops(n, llm, budget), _mlp(n, setting), "projector on all N tokens, then selection")
     if method == "mqt":

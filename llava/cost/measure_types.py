@@ -71,10 +71,12 @@ def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_toke
     inputs = CompressorInputs(features=features, grid_shape=grid, has_cls_token=False)
     for index in needs.tower_layers:
         inputs.layers[index] = torch.randn(batch, n, d, device=device, dtype=dtype)
-    if needs.attention:
+    if needs.attention is not None:
         heads = spec.vision_dims.heads
         inputs.attention = torch.randn(batch, heads, n, n, device=device, dtype=dtype).softmax(-1)
-        inputs.keys = torch.randn(batch, n, d, device=device, dtype=dtype)
+        inputs.has_cls_token = True  # q/k of a CLIP-like tower: CLS first (PruMerge scores with its row)
+        inputs.queries = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
+        inputs.keys = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
     if needs.prompt:
         inputs.prompt = [torch.randn(question_tokens, spec.lm_dims.hidden, device=device, dtype=dtype) for _ in range(batch)]
         inputs.prompt_ids = [torch.zeros(question_tokens, dtype=torch.long, device=device) for _ in range(batch)]

@@ -54,7 +54,7 @@ def toy_plugin():
     plugin = register_plugin(CompressorPlugin(
         name="toykeep",
         projectors=(ProjectorType(r"toykeep_k(\d+)", lambda c, m: KeepByAttention(c.mm_hidden_size, c.hidden_size, int(m.group(1)))),),
-        needs=ModelNeeds(attention=True), boundary="post",
+        needs=ModelNeeds(attention=0), boundary="post",
         cost=CostModel(module_flops=_toy_flops, types_at_budget=_toy_budget),
     ))
     yield plugin
