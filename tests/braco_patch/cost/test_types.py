@@ -182,10 +182,11 @@ def test_fourier_vlm_and_prumerge_split_against_direct_formulas():
     mlp16 = 2 * 16 * 1024 * 4096 + 2 * 16 * 4096 * 4096
     fourier = baseline_module_flops("fourier_vlm", 16, setting)
     assert (fourier.pre, fourier.post, fourier.tokens) == (2 * 16 * 576 * 1024, 2 * 16 * 576 * 1024 + mlp16, 16)
-    prumerge = baseline_module_flops("prumerge", 16, setting)  # 15 kept + the extra token, scores from the tower
+    prumerge = baseline_module_flops("prumerge", 16, setting)  # 15 kept + the extra token
+    score = 2 * 577 * 1024  # the CLS query against the 577 keys of the next layer, one full-width product
     merge = 2 * 15 * 576 * 1024 * 2 + 15 * 1024  # key similarity + dense merge + centre add
     extra = 2 * 576 * 1024 + 576
-    assert prumerge.pre == merge + extra and prumerge.post == prumerge.pre + mlp16
+    assert prumerge.pre == score + merge + extra and prumerge.post == prumerge.pre + mlp16
 
 
 def test_a_checkpoint_config_is_costed_with_its_stored_settings(tmp_path, tiny_llava):
