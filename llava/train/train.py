@@ -32,6 +32,7 @@ from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path, check_patch_merge
+from llava.model.compressor_text import text_need
 from llava.outputs import check_writable_folder, disk_errors, same_file
 from llava.utils import UserError, cli_main, setup_logging
 
@@ -139,6 +140,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         image_grid_pinpoints=getattr(llava_config(model), "image_grid_pinpoints", None),
         mm_use_im_start_end=model_args.mm_use_im_start_end,
         skip_bad_images=data_args.skip_bad_samples,
+        questions=text_need(model) == "question",
     )
     save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
     trainer = LLaVATrainer(
