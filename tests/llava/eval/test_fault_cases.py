@@ -182,6 +182,16 @@ def test_overwrite_keeps_the_old_answers_until_a_new_one_exists(bench_data: Benc
     assert not list(tmp_path.glob(".a.jsonl.*"))  # no temporary file left behind
 
 
+def test_overwrite_with_every_question_skipped_leaves_an_empty_file(bench_data: BenchData, tmp_path: Path) -> None:
+    answers = tmp_path / "a.jsonl"
+    run(model_vqa_loader, loader_argv(bench_data.vqa, bench_data.images, answers))
+    argv = loader_argv(bench_data.vqa, tmp_path / "no-images", answers, "/ckpt/llava-tiny", "--overwrite", "--skip-missing")
+    result = core.run_loader(model_vqa_loader.SPEC, argv, generator_factory=never_loaded)  # nothing left to answer
+    assert result.answered == 0 and len(result.skipped) == len(bench_data.vqa_ids)
+    assert answers.read_text() == ""
+    assert len(json.loads(sidecar_path(answers).read_text())["skipped"]) == len(bench_data.vqa_ids)
+
+
 # ------------------------------------------------------------------------------------------------ L20, damaged lines
 
 
