@@ -1,8 +1,8 @@
 """The one evaluation loop behind every ``model_vqa*`` loader.
 
-A loader module only declares its extra flags and how one question record becomes one or more
-:class:`EvalItem` (the user-turn text, the text stored as ``prompt``, the images). This module owns
-everything else:
+A loader module only declares its extra flags, the fields its question records need, and how one record
+becomes one or more :class:`EvalItem` (the user-turn text, the text stored as ``prompt``, the images; see
+:mod:`llava.eval.items`). This module owns everything else:
 
 * question files (JSONL, JSON list, MMBench TSV; see :func:`llava.eval.files.load_questions`);
 * upstream's chunking: chunk ``k`` of ``n`` is the ``k``-th slice of size ``ceil(len / n)``;
@@ -22,7 +22,8 @@ everything else:
 Typical use, from a loader::
 
     def build_items(record, args): ...
-    SPEC = LoaderSpec(name="model_vqa", description="...", build_items=build_items, max_new_tokens=1024)
+    SPEC = LoaderSpec(name="model_vqa", description="...", build_items=build_items,
+                      fields={"question_id": QUESTION_ID, "image": str, "text": str}, max_new_tokens=1024)
 
     def main(argv=None):
         return run_loader(SPEC, argv)

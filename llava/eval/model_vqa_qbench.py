@@ -15,6 +15,8 @@ question, in the order of the file: the question's own fields, then the reply as
 it, ``response``, with the loaders' usual ``question_id`` (the record's ``id`` if it has one, else its position
 in the file), ``prompt``, ``answer_id``, ``model_id``. Upstream wrote the records back to back on one line
 and, for ``zh``, put a stray backslash where the line break before the instruction belongs; we do neither.
+Upstream's module always decoded greedily, so ``--temperature`` defaults to 0 here (the other loaders keep
+upstream's 0.2).
 Score the dev split with ``python -m llava.eval.eval_qbench``.
 """
 

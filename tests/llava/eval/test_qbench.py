@@ -27,6 +27,10 @@ RECORDS = [
 ]
 
 
+def test_decoding_is_greedy_by_default_as_upstream_s_module() -> None:
+    assert core.build_parser(model_vqa_qbench.SPEC).parse_args([]).temperature == 0.0
+
+
 def test_question_text_in_both_languages() -> None:
     record = RECORDS[1]
     assert model_vqa_qbench.question_text(record, "en") == (
