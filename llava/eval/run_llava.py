@@ -16,7 +16,7 @@ from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
 from llava.conversation import conv_templates, resolve_conv_mode
-from llava.generation import GenerationConfig, default_device
+from llava.generation import GenerationConfig, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, load_image, tokenizer_image_token
 from llava.model.compressor_text import question_kwargs
 from llava.utils import cli_main, setup_logging
@@ -61,8 +61,9 @@ def eval_model(args: Any) -> str:
     from llava.model.builder import load_pretrained_model
 
     options = {**_OPTIONAL_DEFAULTS, **{key: getattr(args, key) for key in _OPTIONAL_DEFAULTS if getattr(args, key, None) is not None}}
-    device = options["device"] or default_device()
-    # Images first, so a bad file fails before the (slow) model load.
+    # Decoding values, the device and the images first, so each mistake fails before the (slow) model load.
+    config = GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")})
+    device = resolve_device(options["device"])
     images = load_images(image_parser(args))
     model_name = get_model_name_from_path(args.model_path)
     tokenizer, model, image_processor, _ = load_pretrained_model(
@@ -83,7 +84,7 @@ def eval_model(args: Any) -> str:
         image_sizes=image_sizes,
         pad_token_id=pad_token_id,
         **question_kwargs(model, tokenizer, [prompt], conv),
-        **GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")}).generate_kwargs(),
+        **config.generate_kwargs(),
     )
     answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()
     print(answer)
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top_p", "--top-p", dest="top_p", type=float, default=None)
     parser.add_argument("--num_beams", "--num-beams", dest="num_beams", type=int, default=1)
     parser.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=512)
-    parser.add_argument("--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
     return parser
 
 
