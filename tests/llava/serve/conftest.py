@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,3 +205,23 @@ def mlp_engine(tiny_llava_checkpoint):
     from llava.serve.engine import ModelEngine
 
     return ModelEngine.load(str(tiny_llava_checkpoint("mlp2x_gelu")), device="cpu")
+
+
+@contextmanager
+def serve_in_thread(app, limits=None) -> Iterator[str]:
+    """Serve an ASGI app with :func:`llava.serve.webapi.uvicorn_server` (the servers' own limits) on a free
+    loopback port in a thread; yields its URL."""
+    import threading
+
+    from llava.serve.webapi import ServerLimits, uvicorn_server
+
+    port = free_port()
+    server = uvicorn_server(app, "127.0.0.1", port, limits or ServerLimits())
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, 20, "the test server to start", interval=0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
