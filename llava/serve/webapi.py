@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 from fastapi.responses import JSONResponse
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ async def read_limited(request: Request, max_bytes: int) -> bytes | None:
     return bytes(received)
 
 
+#: What :func:`read_body` answers when the client left (or missed ``--body-timeout``) before its body was read.
+GONE = "the client closed the connection before sending the whole request body"
+
+
 async def read_body(
     request: Request, *required: str, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 ) -> dict[str, Any] | JSONResponse:
@@ -71,7 +76,10 @@ async def read_body(
         *required: Keys the object must have.
         max_bytes: Largest body accepted; a larger one gets a 413 answer.
     """
-    raw = await read_limited(request, max_bytes)
+    try:
+        raw = await read_limited(request, max_bytes)
+    except ClientDisconnect:
+        return bad_request(GONE)  # nobody reads it; the request ends without a traceback in the log
     if raw is None:
         return too_large(max_bytes)
     if not raw.strip():

@@ -72,8 +72,8 @@ class Handled:
         self.handler.wfile.flush()
 
 
-def scripted(handle: Callable[[Handled], Any]) -> ScriptedServer:
-    """A server (not yet serving) whose every request goes to ``handle``."""
+def scripted(handle: Callable[[Handled], Any], host: str = "127.0.0.1") -> ScriptedServer:
+    """A server (not yet serving, bound to ``host``) whose every request goes to ``handle``."""
     box: list[ScriptedServer] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -94,16 +94,16 @@ def scripted(handle: Callable[[Handled], Any]) -> ScriptedServer:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer((host, 0), Handler)
     server.daemon_threads = True
     box.append(ScriptedServer(server))
     return box[0]
 
 
 @contextmanager
-def scripted_server(handle: Callable[[Handled], Any]) -> Iterator[ScriptedServer]:
-    """Serve ``handle`` on a free loopback port for the duration of the block."""
-    server = scripted(handle)
+def scripted_server(handle: Callable[[Handled], Any], host: str = "127.0.0.1") -> Iterator[ScriptedServer]:
+    """Serve ``handle`` on a free port of ``host`` (default loopback) for the duration of the block."""
+    server = scripted(handle, host)
     thread = threading.Thread(target=server.server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from llava.net import NetError
+
 ROOT = Path(__file__).resolve().parents[3]
 BRACO_PROJECTOR = "braco_c2s5"
 HEARTBEAT_EXPIRATION = 4.0
@@ -43,7 +45,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
         try:
             if predicate():
                 return time.monotonic() - start
-        except requests.RequestException:
+        except (requests.RequestException, NetError):
             pass
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
@@ -74,9 +76,10 @@ class ServerProcess:
                 self.process.wait(timeout=15)
 
 
-def start_server(name: str, module: str, args: list[str], log_dir: Path) -> ServerProcess:
+def start_server(name: str, module: str, args: list[str], log_dir: Path, extra_env: dict[str, str] | None = None) -> ServerProcess:
     env = {
         **os.environ,
+        **(extra_env or {}),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "GRADIO_ANALYTICS_ENABLED": "False",
         "OMP_NUM_THREADS": "1",
