@@ -225,9 +225,19 @@ class _Exchange:
             raise ConnectFailed(f"the connection to {self.url} was closed while its reply was read")
         return data
 
-    def close(self) -> None:
+    def interrupt(self) -> None:
+        """Shut the socket (safe from any thread): a read blocked in another thread returns at once."""
         self.closed = True
         _shutdown(self.sock)
+
+    def close(self) -> None:
+        """Interrupt, then release the socket (in the thread that reads: the reply's buffer has a lock). Only
+        once the socket is released does the kernel reset a peer that keeps sending."""
+        self.interrupt()
+        with contextlib.suppress(Exception):
+            response = getattr(self, "response", None)
+            if response is not None:
+                response.close()
         with contextlib.suppress(Exception):
             self.conn.close()
 
@@ -343,7 +353,7 @@ def request(method: str, url: str, *, json: Any = None, data: bytes | None = Non
 
 
 class Stream:
-    """A reply read as it arrives (see :func:`open_stream`). :meth:`close` may be called from any thread: it
+    """A reply read as it arrives (see :func:`open_stream`). :meth:`interrupt` may be called from any thread: it
     ends a read blocked in another one."""
 
     def __init__(self, exchange: _Exchange, watchdog: _Watchdog) -> None:
@@ -397,8 +407,12 @@ class Stream:
         if buffer:
             yield bytes(buffer)
 
+    def interrupt(self) -> None:
+        """End the stream from any thread: a read blocked in another thread returns (raising :class:`NetError`)."""
+        self._exchange.interrupt()
+
     def close(self) -> None:
-        """Close the connection (idempotent, thread-safe)."""
+        """Close the connection (idempotent; from the thread that reads, else use :meth:`interrupt`)."""
         if not self._closed:
             self._closed = True
             self._exchange.close()

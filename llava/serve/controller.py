@@ -273,7 +273,7 @@ class Relay:
     def close(self) -> None:
         self._closed = True
         if self._stream is not None:
-            self._stream.close()
+            self._stream.interrupt()  # the reading thread closes the connection itself as the read returns
 
     def __iter__(self) -> Iterator[bytes]:
         model = str(self.params.get("model") or "")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llava.utils import UserError
 
-from .images import ImageLimits
 from .webapi import ServerLimits
+
+if TYPE_CHECKING:
+    from .images import ImageLimits
 
 LOOPBACK_HELP = "address to bind (default 127.0.0.1: this machine only)"
 
@@ -83,6 +85,8 @@ def request_limit(args: argparse.Namespace) -> int:
 
 
 def image_limits(args: argparse.Namespace) -> ImageLimits:
+    from .images import ImageLimits  # imports torch (through llava.mm_utils): only the commands that take images
+
     return ImageLimits.from_megapixels(args.max_image_megapixels, args.max_upload_mb, args.max_images)
 
 

@@ -85,7 +85,7 @@ def scripted(handle: Callable[[Handled], Any], host: str = "127.0.0.1") -> Scrip
             box[0].requests.append(seen)
             try:
                 handle(Handled(self, seen))
-            except (BrokenPipeError, ConnectionResetError):
+            except OSError:  # the client went away (broken pipe, reset)
                 box[0].client_gone_at.append(time.monotonic())
             self.close_connection = True
 

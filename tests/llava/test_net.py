@@ -164,7 +164,7 @@ def test_stream_splitting_is_linear_in_the_stream_length() -> None:
     assert elapsed < 15, f"splitting 48 MiB took {elapsed:.1f} s"
 
 
-def test_close_from_another_thread_ends_a_blocked_read() -> None:
+def test_interrupt_from_another_thread_ends_a_blocked_read() -> None:
     def handle(handled: Handled) -> None:
         handled.start(200)
         handled.write(b"first\0")
@@ -174,7 +174,7 @@ def test_close_from_another_thread_ends_a_blocked_read() -> None:
         with net.open_stream("GET", server.url, deadline=30) as stream:
             pieces = stream.pieces(b"\0", 1024)
             assert next(pieces) == b"first"
-            threading.Timer(0.3, stream.close).start()
+            threading.Timer(0.3, stream.interrupt).start()
             start = time.monotonic()
             with pytest.raises(net.NetError):
                 next(pieces)
