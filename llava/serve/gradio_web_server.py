@@ -25,6 +25,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+from llava import net
 from llava.utils import UserError, cli_main, setup_logging
 
 from .flags import add_flag, add_page_flags, server_limits
@@ -55,6 +56,10 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
         logger.warning("--moderate has no effect: this build contacts no moderation service")
     options = options_from_args(args, args.model_list_mode)
     server_limits(args)  # checked before anything starts
+    try:
+        net.origin_of(args.controller_url)
+    except net.NetError as error:
+        raise UserError(f"--controller-url: {error}; give e.g. http://localhost:21001") from None
     if not args.stream_timeout > 0:
         raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
     backend = ControllerBackend(args.controller_url, stream_timeout=args.stream_timeout)

@@ -47,6 +47,7 @@ from llava.constants import WORKER_HEART_BEAT_INTERVAL
 from llava.generation import resolve_device
 from llava.utils import UserError, cli_main, setup_logging
 
+from .admission import AllowedHosts, WorkerRefused, worker_origin
 from .engine import ModelEngine
 from .flags import (
     add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, add_request_limit_flags, add_server_limit_flags,
@@ -264,6 +265,22 @@ def default_worker_address(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def _check_addresses(controller_address: str, worker_address: str) -> None:
+    """Refuse addresses the controller could not use, before the model loads.
+
+    Raises:
+        UserError: For a controller URL that is not http(s), or a worker address that is not a bare origin.
+    """
+    try:
+        net.origin_of(controller_address)
+    except net.NetError as error:
+        raise UserError(f"--controller-address: {error}; give e.g. http://localhost:21001") from None
+    try:
+        worker_origin(worker_address, AllowedHosts(("*",)))
+    except WorkerRefused as error:
+        raise UserError(f"--worker-address: {error}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.serve.model_worker", description=__doc__.splitlines()[0])
     add_bind_flags(parser, 21002)
@@ -301,13 +318,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise UserError(f"--max-waiting-requests must be at least 0, got {args.max_waiting_requests}")
     if args.limit_model_concurrency < 1:
         raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")
+    worker_address = args.worker_address or default_worker_address(args.host, args.port)
+    if not args.no_register:
+        _check_addresses(args.controller_address, worker_address)
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
         device=device, use_flash_attn=args.use_flash_attn,
         image_limits=limits, stream_interval=args.stream_interval,
     )
     worker = ModelWorker(
-        engine, args.controller_address, args.worker_address or default_worker_address(args.host, args.port),
+        engine, args.controller_address, worker_address,
         limit_model_concurrency=args.limit_model_concurrency, heartbeat_interval=args.heartbeat_interval,
     )
     app = create_app(engine, worker.gate, max_request_bytes=max_request_bytes, max_waiting=args.max_waiting_requests,

@@ -283,3 +283,19 @@ def test_entry_modules_run_as_files(tmp_path: Path) -> None:
                            str(tmp_path / "missing.png"), "--device", "cpu"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "missing.png" in done.stderr
+
+
+def test_addresses_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    from llava.serve import gradio_web_server, model_worker
+
+    model = ["--model-path", str(tmp_path / "no-model-here"), "--device", "cpu"]
+    with pytest.raises(ValueError, match=r"^--worker-address: worker address 'http://localhost:1/x' must be an origin"):
+        model_worker.main(model + ["--worker-address", "http://localhost:1/x"])
+    with pytest.raises(ValueError, match=r"^--controller-address: 'localhost:21001' is not an http:// or https:// URL"):
+        model_worker.main(model + ["--controller-address", "localhost:21001"])
+    with pytest.raises(ValueError, match=r"^--max-pending-mb must be at least --max-request-mb \(32\), got 8"):
+        model_worker.main(model + ["--max-pending-mb", "8"])
+    with pytest.raises(ValueError, match=r"^--controller-url: 'localhost:1' is not an http:// or https:// URL"):
+        gradio_web_server.main(["--controller-url", "localhost:1"], block=False)
+    with pytest.raises(ValueError, match=r"^--limit-concurrency must be an integer of at least 2, got 0"):
+        gradio_web_server.main(["--limit-concurrency", "0"], block=False)
