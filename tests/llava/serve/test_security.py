@@ -85,7 +85,7 @@ def test_k18_hosts_off_the_allow_list_are_refused_before_any_contact() -> None:
             assert refused.status == 403 and "is not on the controller's allow-list (loopback only)" in refused.json()["error"]
             assert _post(controller + "/receive_heart_beat", {"worker_name": f"http://{hostname}:{port}"}).json() == {"exist": False}
         assert worker.requests == []
-    hosts = AllowedHosts.parse(["gpu-node-1,10.0.0.0/24", "*.evil"[:0] + "10.1.2.3"])
+    hosts = AllowedHosts.parse(["gpu-node-1,10.0.0.0/24", "10.1.2.3"])
     assert hosts.allows("GPU-node-1") and hosts.allows("10.0.0.77") and hosts.allows("10.1.2.3") and hosts.allows("::1")
     assert not hosts.allows("10.0.1.1") and not hosts.allows("gpu-node-2") and not hosts.allows("example.com")
     assert AllowedHosts.parse(["*"]).allows("example.com")
