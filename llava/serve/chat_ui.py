@@ -8,7 +8,10 @@ what the compressor keeps of the image (the compressor draws it; see :mod:`llava
 Events that gradio clients can call: ``/add_text`` (question, image, mode) then ``/http_bot`` (model,
 temperature, top_p, max_output_tokens), as the *Send* button does; ``/regenerate``; ``/clear_history``.
 Bad input (an empty question, a file that is not an image, an image with too many pixels) is refused with
-one sentence in an error pop-up; the page and the server carry on.
+one sentence in an error pop-up; the page and the server carry on. Uploads that are not images are refused and
+deleted as they arrive (:mod:`llava.serve.uploads`); accepted ones are deleted from gradio's cache an hour
+after upload and when the server stops (``delete_cache``). The page's server has the limits of the other
+servers (:class:`llava.serve.webapi.ServerLimits`): a body deadline, a connection limit, a keep-alive timeout.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +33,12 @@ from llava.conversation import Conversation, conv_templates, default_conversatio
 
 from .backends import ChatBackend
 from .demo_examples import demo_examples
-from .flags import image_limits
+from .flags import image_limits, server_limits
 from .images import ImageLimits, ImageRejected, open_image_file
 from .protocol import sentence
 from .templates import stop_string
+from .uploads import ImageUploadsOnly
+from .webapi import BodyDeadline, ServerLimits
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +59,10 @@ private images to a server you do not control."""
 EMPTY_QUESTION = "The question is empty; type a question about the image before sending."
 
 CSS = "#buttons button { min-width: min(120px, 100%); }"
+
+#: gradio's cache clean-up (``delete_cache``): every 10 minutes, files older than an hour go; all go at shutdown.
+CACHE_SWEEP_SECONDS = 600
+CACHE_MAX_AGE_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -228,7 +239,7 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             shown = panel(False)
         yield (state, chat_messages(state), *buttons(True), *shown)
 
-    with gr.Blocks(title="LLaVA", analytics_enabled=False) as demo:
+    with gr.Blocks(title="LLaVA", analytics_enabled=False, delete_cache=(CACHE_SWEEP_SECONDS, CACHE_MAX_AGE_SECONDS)) as demo:
         state = gr.State()
         if not options.embed:
             gr.Markdown(TITLE)
@@ -297,15 +308,40 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
     return demo
 
 
+def _stop_on_sigterm() -> None:
+    """Make SIGTERM stop the page as Ctrl-C does, so that gradio's shutdown (and its cache clean-up) runs."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def launch(demo: gr.Blocks, *, host: str, port: int | None, share: bool, concurrency_count: int,
-           max_queue_size: int, max_upload_bytes: int, block: bool = True) -> gr.Blocks:
-    """Start the page: a bounded gradio queue, upload size limit, binding to ``host``."""
+           max_queue_size: int, image_limits: ImageLimits, limits: ServerLimits = ServerLimits(),
+           block: bool = True) -> gr.Blocks:
+    """Start the page: a bounded gradio queue, image-only uploads up to the size limit, the servers' connection
+    limits, binding to ``host``."""
+    from gradio.utils import get_upload_folder
+    from starlette.middleware import Middleware
+
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     demo.queue(max_size=max_queue_size, default_concurrency_limit=concurrency_count)
+    middleware = [Middleware(BodyDeadline, seconds=limits.body_timeout),
+                  Middleware(ImageUploadsOnly, limits=image_limits, upload_folder=get_upload_folder())]
+    if block:
+        _stop_on_sigterm()
     demo.launch(
-        server_name=host, server_port=port, share=share, max_file_size=max_upload_bytes, prevent_thread_lock=not block,
-        theme=gr.themes.Default(), css=CSS, footer_links=["api"], ssr_mode=False,
+        server_name=host, server_port=port, share=share, max_file_size=image_limits.max_bytes, prevent_thread_lock=True,
+        theme=gr.themes.Default(), css=CSS, footer_links=["api"], ssr_mode=False, app_kwargs={"middleware": middleware},
     )
+    # gradio builds its uvicorn config itself; each new connection reads these two from it.
+    demo.server.config.limit_concurrency = limits.limit_concurrency
+    demo.server.config.timeout_keep_alive = limits.timeout_keep_alive
+    if block:
+        demo.block_thread()
     return demo
 
 
@@ -322,7 +358,7 @@ def options_from_args(args: Any, model_list_mode: str = "once") -> UiOptions:
 def launch_from_args(demo: gr.Blocks, args: Any, options: UiOptions, block: bool = True) -> gr.Blocks:
     return launch(
         demo, host=args.host, port=args.port, share=args.share, concurrency_count=options.concurrency_count,
-        max_queue_size=args.max_queue_size, max_upload_bytes=options.image_limits.max_bytes, block=block,
+        max_queue_size=args.max_queue_size, image_limits=options.image_limits, limits=server_limits(args), block=block,
     )
 
 

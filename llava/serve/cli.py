@@ -8,13 +8,19 @@ CUDA when available, else CPU.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
+    import os, sys  # noqa: E401
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    from llava.serve import run_as_module
+    run_as_module(__file__)
+
 import argparse
 import logging
 from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
-from llava.generation import default_device
+from llava.generation import check_generation_values, default_device, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token
 from llava.model.compressor_text import question_kwargs
 from llava.utils import cli_main, setup_logging
@@ -36,10 +42,13 @@ def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
     from llava.model.builder import load_pretrained_model
 
-    image = load_image(args.image_file)  # before the (slow) model load, so a bad file fails fast
+    # Flags and the image are checked before the (slow) model load, so they fail fast.
+    check_generation_values(args.temperature, None, 1, args.max_new_tokens)
+    device = resolve_device(args.device)
+    image = load_image(args.image_file)
     model_name = get_model_name_from_path(args.model_path)
     tokenizer, model, image_processor, _ = load_pretrained_model(
-        args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=args.device
+        args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device
     )
     conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
     # ChatML role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
