@@ -42,6 +42,7 @@ from .multimodal_projector.builder import build_vision_projector
 from .multimodal_projector.plugins import needs_for_config, plugin_for, settings_in
 from .patch_merge import MergeLayout, new_image_newline, unpad_image, uses_unpad
 from .splice import PADDING_SIDES
+from .video import check_modalities, features_with_videos, next_argument_order, prompts_per_frame, video_layout, video_positions
 from .vision_token_setup import add_vision_tokens
 from .weights_io import (
     PROJECTOR_KEY,
@@ -217,6 +218,7 @@ class LlavaMetaForCausalLM(ABC):
         images: ImageInput | None = None,
         image_sizes: Sequence[Sequence[int]] | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        modalities: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> Any:
         """The plain LLM's forward on text with the images spliced in.
@@ -227,6 +229,8 @@ class LlavaMetaForCausalLM(ABC):
             images: ``[N, 3, H, W]`` (or a list / 5-D tensor of views, see ``image_features``), one per marker.
             image_sizes: ``(width, height)`` per image (anyres).
             labels: ``[B, L]``; image positions get ``IGNORE_INDEX`` in the spliced labels.
+            modalities: LLaVA-NeXT's tag per ``images`` item: ``"image"`` (default), ``"video"`` (the item is
+                ``[F, 3, H, W]`` frames, see :mod:`llava.model.video`) or ``"text"``.
             Other arguments: as the plain causal LM's ``forward``.
 
         Returns:
@@ -235,7 +239,8 @@ class LlavaMetaForCausalLM(ABC):
         if inputs_embeds is None:
             (input_ids, position_ids, attention_mask, past_key_values, inputs_embeds, labels) = (
                 self.prepare_inputs_labels_for_multimodal(
-                    input_ids, position_ids, attention_mask, past_key_values, labels, images, image_sizes
+                    input_ids, position_ids, attention_mask, past_key_values, labels, images, image_sizes,
+                    modalities=modalities,
                 )
             )
         return super().forward(
@@ -256,6 +261,7 @@ class LlavaMetaForCausalLM(ABC):
         inputs: torch.LongTensor | None = None,
         images: ImageInput | None = None,
         image_sizes: Sequence[Sequence[int]] | None = None,
+        modalities: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> torch.LongTensor:
         """Generate from prompts with images; returns only the new tokens, ``[B, new_tokens]``.
@@ -272,6 +278,7 @@ class LlavaMetaForCausalLM(ABC):
                 come with ``attention_mask``.
             images: One image per marker, in batch order (see ``forward``).
             image_sizes: ``(width, height)`` per image.
+            modalities: ``"image"`` / ``"video"`` per ``images`` item, as LLaVA-NeXT's ``generate`` takes it.
             **kwargs: transformers generation options (``attention_mask``, ``max_new_tokens``,
                 ``do_sample``, ``streamer``, ...). ``inputs_embeds`` is not accepted.
         """
@@ -284,7 +291,8 @@ class LlavaMetaForCausalLM(ABC):
         attention_mask = kwargs.pop("attention_mask", None)
         if images is not None:
             _, position_ids, attention_mask, _, inputs_embeds, _ = self.prepare_inputs_labels_for_multimodal(
-                inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left"
+                inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left",
+                modalities=modalities,
             )
         else:
             splice.check_no_image_markers(inputs)
@@ -357,23 +365,41 @@ class LlavaMetaForCausalLM(ABC):
         """The LLM's last hidden states ``[B, L, hidden]`` for ``[B, L, hidden]`` input embeddings (no cache)."""
         return self.get_model()(inputs_embeds=embeds, use_cache=False).last_hidden_state
 
-    def image_features(self, images: ImageInput, image_sizes: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
-        """Projected visual tokens for each image.
+    def image_features(
+        self,
+        images: ImageInput,
+        image_sizes: Sequence[Sequence[int]] | None = None,
+        modalities: Sequence[str] | str | None = None,
+    ) -> list[torch.Tensor]:
+        """Projected visual tokens for each image or video.
 
         Args:
             images: ``[N, 3, H, W]``; or ``[N, V, 3, H, W]`` / a list of ``[3, H, W]`` or ``[V, 3, H, W]``
                 tensors (V views per image, e.g. anyres), merged per ``config.mm_patch_merge_type``
-                (:func:`llava.model.patch_merge.merge_views`).
-            image_sizes: ``(width, height)`` per image; needed for anyres ``spatial`` merging.
+                (:func:`llava.model.patch_merge.merge_views`). An item tagged ``"video"`` in ``modalities`` is
+                ``[F, 3, H, W]`` frames, turned into tokens by :func:`llava.model.video.video_tokens`.
+            image_sizes: ``(width, height)`` per image; needed for anyres ``spatial`` merging. With videos among
+                the items, one entry per item (as LLaVA-NeXT; the videos' entries are not read).
+            modalities: LLaVA-NeXT's tag per item (``"image"``, ``"video"``, ``"text"``); missing entries are images.
 
         Returns:
             N tensors ``[K_i, hidden_size]``.
         """
-        if isinstance(images, torch.Tensor) and images.ndim == 4:
-            return list(self.encode_images(images))
-        encoded = encode_views(images, self.encode_images)
+        count = images.shape[0] if isinstance(images, torch.Tensor) else len(images)
+        videos = set(video_positions(check_modalities(modalities), count))
+        if not videos:
+            if isinstance(images, torch.Tensor) and images.ndim == 4:
+                return list(self.encode_images(images))
+            encoded = encode_views(images, self.encode_images)
+            merge = getattr(self.config, "mm_patch_merge_type", None) or "flat"
+            return patch_merge.merge_views(encoded, image_sizes, merge, None if merge == "flat" else self._merge_layout())
         merge = getattr(self.config, "mm_patch_merge_type", None) or "flat"
-        return patch_merge.merge_views(encoded, image_sizes, merge, None if merge == "flat" else self._merge_layout())
+        layout = video_layout(self.config, grid_shape(self.get_vision_tower()), getattr(self.get_model(), "image_newline", None))
+        return features_with_videos(
+            images, image_sizes, videos, self.encode_images,
+            lambda encoded, sizes: patch_merge.merge_views(encoded, sizes, merge, None if merge == "flat" else self._merge_layout()),
+            layout,
+        )
 
     def _merge_layout(self) -> MergeLayout:
         """The model's geometry for a spatial merge: ``image_newline``, the tower's grid and side, AnyRes keys."""
@@ -397,8 +423,9 @@ class LlavaMetaForCausalLM(ABC):
         labels: torch.LongTensor | None,
         images: ImageInput | None,
         image_sizes: Sequence[Sequence[int]] | None = None,
-        *,
+        *next_order: Any,
         padding_side: str | None = None,
+        modalities: Sequence[str] | str | None = None,
     ) -> tuple[None, torch.LongTensor | None, torch.Tensor | None, Any, torch.Tensor | None, torch.LongTensor | None]:
         """Replace every ``IMAGE_TOKEN_INDEX`` in ``input_ids`` with that image's K visual tokens.
 
@@ -417,7 +444,11 @@ class LlavaMetaForCausalLM(ABC):
             labels: ``[B, L]`` or ``None``.
             images: See :meth:`image_features`; one image per marker, in batch order.
             image_sizes: ``(width, height)`` per image (anyres only).
+            next_order: LLaVA-NeXT's positional order ``(..., images, modalities, image_sizes)`` is accepted too:
+                a string or list of strings in ``image_sizes``' place is read as ``modalities`` and the next
+                positional argument as ``image_sizes``.
             padding_side: ``"left"`` or ``"right"``; overrides the config (``generate`` uses left).
+            modalities: ``"image"`` / ``"video"`` / ``"text"`` per ``images`` item (see :meth:`image_features`).
 
         Returns:
             ``(None, position_ids, attention_mask, past_key_values, inputs_embeds, labels)`` with
@@ -429,6 +460,7 @@ class LlavaMetaForCausalLM(ABC):
             ValueError: If markers and images do not match (no marker in any prompt, or more markers than
                 images), or the model has no vision tower but images were given.
         """
+        image_sizes, modalities = next_argument_order(image_sizes, next_order, modalities)
         if input_ids is None or input_ids.shape[1] == 1 or images is None:
             if input_ids is not None and input_ids.shape[1] > 1:
                 splice.check_no_image_markers(input_ids)
@@ -446,9 +478,10 @@ class LlavaMetaForCausalLM(ABC):
         embed_tokens = self.get_model().embed_tokens
         if needs_for_config(self.config).prompt:
             # encode_images reads it: a prompt-conditioned compressor sees each image's own prompt.
-            self._compressor_prompt = splice.prompts_per_image(id_rows, label_rows, taken, embed_tokens)
+            prompts = splice.prompts_per_image(id_rows, label_rows, taken, embed_tokens)
+            self._compressor_prompt = prompts_per_frame(prompts, images, modalities)
         try:
-            features = self.image_features(images, image_sizes)
+            features = self.image_features(images, image_sizes, modalities)
         finally:
             self._compressor_prompt = None
         sequences, sequence_labels = splice.splice_batch(id_rows, label_rows, features, markers, taken, embed_tokens)
