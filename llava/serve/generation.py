@@ -118,6 +118,7 @@ def stream_answer(
     top_p: float | None = None,
     max_new_tokens: int = 512,
     stop: str | None = None,
+    modalities: Sequence[str] | None = None,
 ) -> Iterator[str]:
     """Generate an answer and yield it, growing, as it is decoded.
 
@@ -130,6 +131,7 @@ def stream_answer(
         top_p: Nucleus sampling mass, used only when sampling.
         max_new_tokens: Upper bound on generated tokens.
         stop: Text that ends the answer; it and anything after it are dropped.
+        modalities: ``"image"`` / ``"video"`` per ``images`` item when a video is among them (else ``None``).
 
     Yields:
         The answer so far, after every token that settles more of it; the last value is always the exact
@@ -153,6 +155,8 @@ def stream_answer(
         pad_token_id=pad_token_id,
         **GenerationConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens).generate_kwargs(),
     )
+    if modalities is not None:
+        kwargs["modalities"] = list(modalities)
     failure: list[BaseException] = []
 
     def run() -> None:

@@ -94,3 +94,21 @@ def test_bad_frame_flags_are_refused_first(tmp_path, flags, message) -> None:
     argv = ["--model-path", str(tmp_path / "nothing"), "--question-file", str(tmp_path / "q.jsonl"), *flags]
     with pytest.raises(UserError, match=message):
         model_vqa_video.main(argv)
+
+
+def test_run_llava_and_the_terminal_chat_take_a_video(checkpoint, video_set, monkeypatch, capsys) -> None:
+    from llava.eval import run_llava
+    from llava.serve import cli
+
+    folder, _ = video_set
+    common = ["--model-path", str(checkpoint), "--temperature", "0", "--device", "cpu", "--frames-upbound", "3", "--force-sample"]
+    answer = run_llava.main([*common, "--video-file", str(folder / "clip0.mp4"), "--query", "Which way?", "--max_new_tokens", "2"])
+    assert isinstance(answer, str)
+    with pytest.raises(UserError, match="either --image-file or --video-file"):
+        run_llava.main([*common, "--query", "Which way?"])
+    turns = iter(["Which way does it move?", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(turns))
+    cli.main([*common, "--video-file", str(folder / "clip1.mp4"), "--max-new-tokens", "2"])
+    assert "exit..." in capsys.readouterr().out
+    with pytest.raises(Exception, match="does not exist"):
+        cli.main([*common, "--video-file", str(folder / "absent.mp4")])
