@@ -14,10 +14,10 @@ from PIL import Image
 
 from llava.utils import UserError
 
-from .test_video import _video, ov_checkpoint  # noqa: F401  (the module fixture)
+from .test_video import _video
 
 
-def test_onevision_tutorial_cells_run_verbatim(ov_checkpoint) -> None:  # noqa: F811
+def test_onevision_tutorial_cells_run_verbatim(ov_checkpoint) -> None:
     from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
     from llava.conversation import conv_templates
     from llava.mm_utils import process_images, tokenizer_image_token
@@ -91,7 +91,7 @@ def test_onevision_tutorial_cells_run_verbatim(ov_checkpoint) -> None:  # noqa: 
     assert frames.shape == (4, 3, 54, 54)
 
 
-def test_next_load_keywords(ov_checkpoint, tmp_path) -> None:  # noqa: F811
+def test_next_load_keywords(ov_checkpoint, tmp_path) -> None:
     """``customized_config``, ``overwrite_config``, ``torch_dtype`` and ``multimodal`` as lmms-eval's
     ``llava_onevision`` / ``llava_vid`` wrappers pass them (a TypeError before issue 23)."""
     from llava.model.builder import load_pretrained_model

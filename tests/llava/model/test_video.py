@@ -115,20 +115,6 @@ def test_compressed_frames_are_not_pooled_and_grid_means_one_newline_per_frame()
 # ------------------------------------------------------------------------------------------ on a tiny checkpoint
 
 
-@pytest.fixture(scope="module")
-def ov_checkpoint(tmp_path_factory, tiny_qwen_tokenizer_dir) -> tuple[Path, Path]:
-    """A tiny OneVision-style ``llava_qwen`` + SigLIP checkpoint (9 x 9 grid, spatial_unpad, NeXT's video keys)."""
-    from llava.testing.tiny import build_tiny_llava_checkpoint, build_tiny_siglip_tower
-
-    root = tmp_path_factory.mktemp("ov")
-    tower = build_tiny_siglip_tower(root / "siglip", image_size=SIDE, patch_size=PATCH)
-    path = build_tiny_llava_checkpoint(
-        root / "llava-onevision-qwen2-tiny-ov", tower, tiny_qwen_tokenizer_dir, llm="qwen2",
-        extra_config={"mm_patch_merge_type": "spatial_unpad", "image_aspect_ratio": "anyres_max_9"},
-    )
-    return path, tower
-
-
 def _video(frames: int = 4) -> np.ndarray:
     """``[F, H, W, 3]`` uint8 frames of a white square moving right on black (decoded-video layout)."""
     video = np.zeros((frames, 40, 60, 3), dtype=np.uint8)
