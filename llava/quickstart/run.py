@@ -113,8 +113,8 @@ class QuickstartConfig:
 #: ``--reduced``: the same steps on less data and fewer epochs (CI).
 REDUCED = QuickstartConfig(train_scenes=1000, test_questions=150, finetune_epochs=3.0)
 #: ``--video`` (each clip is 4 frames, so fewer of them), and ``--video --reduced``.
-VIDEO = QuickstartConfig(projectors=VIDEO_PROJECTORS, train_scenes=800, test_questions=150, video=True)
-VIDEO_REDUCED = replace(VIDEO, train_scenes=400, test_questions=90, finetune_epochs=3.0)
+VIDEO = QuickstartConfig(projectors=VIDEO_PROJECTORS, train_scenes=600, test_questions=150, finetune_epochs=3.0, video=True)
+VIDEO_REDUCED = replace(VIDEO, train_scenes=300, test_questions=90, finetune_epochs=2.0)
 
 
 @dataclass(frozen=True)

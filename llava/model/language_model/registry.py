@@ -154,9 +154,28 @@ def checkpoint_model_type(path: str | os.PathLike[str], **kwargs: Any) -> str | 
     return config_dict.get("model_type")
 
 
+def entry_for_architectures(config_dict: dict[str, Any]) -> LanguageModelEntry | None:
+    """The entry whose causal-LM class ``config_dict["architectures"]`` names, if any.
+
+    LLaVA-OneVision's released ``config.json`` files say ``"model_type": "llava"`` (upstream LLaVA-1.5's LLaMA
+    alias) with ``"architectures": ["LlavaQwenForCausalLM"]`` (LLaVA-NeXT picks the class by model name, so it never
+    read ``model_type``); the class name is the more specific statement and wins.
+    """
+    _load_builtins_and_plugins()
+    names = config_dict.get("architectures") or []
+    for entry in _REGISTRY.values():
+        if entry.causal_lm_class.__name__ in names:
+            return entry
+    return None
+
+
 def language_model_for_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> LanguageModelEntry:
-    """The registry entry for the checkpoint (LLaVA or plain LLM) at ``path``, from its ``model_type``."""
-    return resolve_language_model(checkpoint_model_type(path, **kwargs), source=os.fspath(path))
+    """The registry entry for the checkpoint (LLaVA or plain LLM) at ``path``: the class its ``architectures``
+    names (:func:`entry_for_architectures`), else its ``model_type``."""
+    from transformers import PretrainedConfig
+
+    config_dict, _ = PretrainedConfig.get_config_dict(os.fspath(path), **kwargs)
+    return entry_for_architectures(config_dict) or resolve_language_model(config_dict.get("model_type"), source=os.fspath(path))
 
 
 __all__ = [
@@ -164,6 +183,7 @@ __all__ = [
     "LanguageModelEntry",
     "canonical_model_type",
     "checkpoint_model_type",
+    "entry_for_architectures",
     "language_model_for_checkpoint",
     "list_language_models",
     "register_language_model",

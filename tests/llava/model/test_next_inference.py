@@ -124,3 +124,18 @@ def test_siglip_tower_has_next_name() -> None:
     from llava.model.multimodal_encoder.siglip_encoder import SigLipVisionTower, SiglipVisionTower
 
     assert SigLipVisionTower is SiglipVisionTower
+
+
+def test_onevision_config_with_model_type_llava_loads_as_qwen(ov_checkpoint, tmp_path) -> None:
+    """Released OneVision config.json files say ``"model_type": "llava"`` with ``"architectures":
+    ["LlavaQwenForCausalLM"]`` (lmms-lab/llava-onevision-qwen2-7b-ov); before issue 23 the alias picked LLaMA."""
+    from llava.model.builder import load_pretrained_model
+
+    released = tmp_path / "llava-onevision-qwen2-tiny-ov"
+    shutil.copytree(ov_checkpoint[0], released)
+    config = json.loads((released / "config.json").read_text())
+    assert config["architectures"] == ["LlavaQwenForCausalLM"]
+    config["model_type"] = "llava"
+    (released / "config.json").write_text(json.dumps(config))
+    _, model, _, _ = load_pretrained_model(str(released), None, "llava_qwen", device="cpu")
+    assert type(model).__name__ == "LlavaQwenForCausalLM" and model.config.model_type == "llava_qwen"
