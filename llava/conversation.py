@@ -88,6 +88,7 @@ class Conversation:
         skip_next: Set by the demo when the next generation request should be skipped.
         required_tokens: Strings of the template that the tokenizer must encode as one token each (the
             separators that end turns, ChatML's role markers); see :func:`check_template_fits`.
+        video: The demo's uploaded video, base64-encoded, when the conversation is about one.
     """
 
     system: str
@@ -100,6 +101,9 @@ class Conversation:
     version: str = "Unknown"
     skip_next: bool = False
     required_tokens: tuple[str, ...] = ()
+    #: The demo's uploaded video (a base64-encoded file) when the first turn is about a video; its first frame is
+    #: the turn's picture in the chat.
+    video: str | None = None
 
     # ------------------------------------------------------------------ prompt rendering
 

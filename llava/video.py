@@ -15,6 +15,7 @@ tagged ``"video"`` (see :mod:`llava.model.video`).
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -128,21 +129,27 @@ class SampledVideo:
         return [Image.fromarray(frame) for frame in self.frames]
 
 
-def _open(path: str) -> Any:
+def _name(source: str | bytes) -> str:
+    return repr(source) if isinstance(source, str) else "the uploaded video"
+
+
+def _open(source: str | bytes) -> Any:
+    """An open PyAV container for a file path or a video file's bytes."""
     av = import_av()
-    if not os.path.isfile(path):
-        raise VideoUnreadable(f"video file {path!r} does not exist")
+    if isinstance(source, str) and not os.path.isfile(source):
+        raise VideoUnreadable(f"video file {source!r} does not exist")
     try:
-        container = av.open(path)
+        container = av.open(source if isinstance(source, str) else io.BytesIO(source))
     except (av.FFmpegError, OSError, ValueError) as error:
-        raise VideoUnreadable(f"cannot read video {path!r} ({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise VideoUnreadable(f"cannot read {'video ' if isinstance(source, str) else ''}{_name(source)} ({reason})") from None
     if not container.streams.video:
         container.close()
-        raise VideoUnreadable(f"{path!r} holds no video stream")
+        raise VideoUnreadable(f"{_name(source)} holds no video stream")
     return container
 
 
-def _decode(path: str, keep: set[int] | None) -> tuple[dict[int, np.ndarray], int, float]:
+def _decode(path: str | bytes, keep: set[int] | None) -> tuple[dict[int, np.ndarray], int, float]:
     """Decode every frame of ``path``; keep the RGB arrays of the indices in ``keep`` (all when ``None``).
 
     Returns:
@@ -162,13 +169,13 @@ def _decode(path: str, keep: set[int] | None) -> tuple[dict[int, np.ndarray], in
                 kept[count] = frame.to_ndarray(format="rgb24")
             count += 1
     except (av.FFmpegError, ValueError) as error:
-        raise VideoUnreadable(f"cannot decode video {path!r} after {count} frames ({str(error).splitlines()[0]})") from None
+        raise VideoUnreadable(f"cannot decode {_name(path)} after {count} frames ({str(error).splitlines()[0]})") from None
     finally:
         container.close()
     return kept, count, fps
 
 
-def _declared_frames(path: str) -> tuple[int, float]:
+def _declared_frames(path: str | bytes) -> tuple[int, float]:
     """``(frames the container declares (0 if unknown), average fps)`` without decoding."""
     container = _open(path)
     try:
@@ -180,9 +187,10 @@ def _declared_frames(path: str) -> tuple[int, float]:
 
 
 def load_video(
-    path: str | os.PathLike[str], *, frames_upbound: int = 0, force_sample: bool = False, video_fps: float = 1
+    path: str | os.PathLike[str] | bytes, *, frames_upbound: int = 0, force_sample: bool = False, video_fps: float = 1
 ) -> SampledVideo:
-    """Read a video file and keep NeXT's sample of its frames (:func:`sample_frame_indices`).
+    """Read a video file (a path, or the file's bytes) and keep NeXT's sample of its frames
+    (:func:`sample_frame_indices`).
 
     Only the chosen frames are converted to RGB. When the container does not declare its frame count (or declares
     a wrong one), the frames are counted by decoding first.
@@ -191,7 +199,7 @@ def load_video(
         UserError: If PyAV is not installed.
         VideoUnreadable: If the file is missing, not a video, not decodable, or has no frames.
     """
-    path = os.fspath(path)
+    path = path if isinstance(path, bytes) else os.fspath(path)
     declared, fps = _declared_frames(path)
     rule = {"video_fps": video_fps, "frames_upbound": frames_upbound, "force_sample": force_sample}
     if declared > 0:
@@ -202,15 +210,15 @@ def load_video(
     else:
         _, total, fps = _decode(path, set())
     if total == 0:
-        raise VideoUnreadable(f"video {path!r} has no decodable frames")
+        raise VideoUnreadable(f"{_name(path)} has no decodable frames")
     indices = sample_frame_indices(total, fps or 1.0, **rule)
     kept, total, fps = _decode(path, set(indices))
     return _sampled(kept, indices, fps, total, path)
 
 
-def _sampled(kept: dict[int, np.ndarray], indices: list[int], fps: float, total: int, path: str) -> SampledVideo:
+def _sampled(kept: dict[int, np.ndarray], indices: list[int], fps: float, total: int, path: str | bytes) -> SampledVideo:
     frames = np.stack([kept[index] for index in indices])
-    return SampledVideo(frames=frames, indices=indices, fps=fps, total_frames=total, path=path)
+    return SampledVideo(frames=frames, indices=indices, fps=fps, total_frames=total, path=path if isinstance(path, str) else "")
 
 
 def frames_video(frames: Any, fps: float = 1.0) -> SampledVideo:

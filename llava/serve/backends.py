@@ -42,7 +42,7 @@ class ChatBackend(Protocol):
 
     def stream(self, payload: dict[str, Any]) -> Iterator[StreamChunk]: ...
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]: ...
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]: ...
 
 
 class ControllerBackend:
@@ -106,13 +106,14 @@ class ControllerBackend:
         except ValueError as error:
             yield StreamChunk(str(error), WORKER_ERROR)
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
         try:
             address = self.worker_address(model)
             if not address:
                 return {"available": False}
+            body = {"images": list(images), **({"videos": list(videos)} if videos else {})}
             response = requests.post(
-                address + "/worker_get_compressor_view", json={"images": list(images)}, headers=HEADERS,
+                address + "/worker_get_compressor_view", json=body, headers=HEADERS,
                 timeout=self.timeout,
             )
             data = response.json()
@@ -149,12 +150,12 @@ class LocalBackend:
         with self._gate:
             yield from self.engine.generate_stream(payload)
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
         if model != self.engine.model_name:
             return {"available": False}
         try:
             with self._gate:
-                return self.engine.compressor_view({"images": list(images)})
+                return self.engine.compressor_view({"images": list(images), "videos": list(videos)})
         except ValueError as error:
             return {"available": False, "error": str(error)}
 
