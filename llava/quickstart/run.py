@@ -11,7 +11,7 @@ stage 2 (not 2e-5), several epochs, batch 16.
 
 ``--video`` runs the same steps on short clips of moving shapes (:mod:`.video`: questions about order and motion),
 with ``llava.eval.model_vqa_video`` for the answers and, by default, ``mlp2x_gelu`` (LLaVA-NeXT's 2-D pool gives
-16 tokens per frame on the 8 × 8 grid), Braco and two baselines at the same 16 tokens per frame.
+16 tokens per frame on the 8 × 8 grid) and three compressors at the same 16 tokens per frame.
 
 Output folder layout: ``data/`` (images, training files, questions), ``models/`` (tokenizer, tower, base
 LLM), ``runs/<projector>/{pretrain,finetune,answers.jsonl}``, ``results.json``, ``quickstart.png``, and the
@@ -52,7 +52,7 @@ OWNED = ("data", "models", "runs")
 
 #: What the quickstart compares by default: upstream's projector and a compressor, named as strings.
 DEFAULT_PROJECTORS = ("mlp2x_gelu", "braco_c2s5")
-#: ``--video``'s default: NeXT's pooled mlp2x_gelu (8 x 8 → 4 x 4 = 16 per frame), Braco and two baselines at 16.
+#: ``--video``'s default: NeXT's pooled mlp2x_gelu (8 x 8 → 4 x 4 = 16 per frame) and three compressors at 16 per frame.
 VIDEO_PROJECTORS = ("mlp2x_gelu", "braco_k16", "divprune_k16", "tokenpacker_k16")
 #: ``--projectors all``: upstream's projector, then every registered compressor at ``--budget``.
 ALL = "all"
