@@ -70,22 +70,29 @@ class VideoQuestion:
 
 
 def random_clip(rng: random.Random, size: int) -> Clip:
-    """Two shapes in distinct colours; the mover's path stays inside the frame."""
+    """Two shapes in distinct colours; the mover's path stays inside the frame and never touches the other shape
+    (so no frame hides one behind the other)."""
     colours = tuple(rng.sample(list(COLOURS), 2))
     shapes = (rng.choice(SHAPES), rng.choice(SHAPES))
     extent, step = size // 4, size // 8
     moving, direction = rng.randrange(2), rng.choice(list(DIRECTIONS))
+    dx, dy = DIRECTIONS[direction]
     travel = step * (FRAMES - 1)
-    starts = []
-    for index in range(2):
-        low, high = 0, size - extent
-        x_range, y_range = (low, high), (low, high)
-        if index == moving:
-            dx, dy = DIRECTIONS[direction]
-            x_range = (low + max(-dx, 0) * travel, high - max(dx, 0) * travel)
-            y_range = (low + max(-dy, 0) * travel, high - max(dy, 0) * travel)
-        starts.append((rng.randint(*x_range), rng.randint(*y_range)))
-    return Clip(shapes, colours, (starts[0], starts[1]), moving, direction)  # type: ignore[arg-type]
+    while True:
+        starts = []
+        for index in range(2):
+            low, high = 0, size - extent
+            x_range, y_range = (low, high), (low, high)
+            if index == moving:
+                x_range = (low + max(-dx, 0) * travel, high - max(dx, 0) * travel)
+                y_range = (low + max(-dy, 0) * travel, high - max(dy, 0) * travel)
+            starts.append((rng.randint(*x_range), rng.randint(*y_range)))
+        (mx, my), (sx, sy) = starts[moving], starts[1 - moving]
+        # The box swept by the mover, against the still shape's box (one pixel of margin).
+        x0, x1 = min(mx, mx + dx * travel), max(mx, mx + dx * travel) + extent
+        y0, y1 = min(my, my + dy * travel), max(my, my + dy * travel) + extent
+        if x1 < sx or sx + extent < x0 or y1 < sy or sy + extent < y0:
+            return Clip(shapes, colours, (starts[0], starts[1]), moving, direction)  # type: ignore[arg-type]
 
 
 def _draw(draw: ImageDraw.ImageDraw, shape: str, colour: str, x0: int, y0: int, extent: int) -> None:
