@@ -231,3 +231,12 @@ def test_a_compressor_gives_its_budget_per_frame(tmp_path_factory, tiny_qwen_tok
     marker = int((ids[0] == IMAGE_TOKEN_INDEX).nonzero())
     torch.testing.assert_close(embeds[0, marker : marker + 9], per_frame[0])
     torch.testing.assert_close(embeds[0, marker + 9], model.get_model().image_newline)
+
+
+def test_modalities_as_lmms_eval_passes_them() -> None:
+    """lmms-eval's llava_vid passes ``modalities="video"`` (a string), llava_onevision ``["video"]``."""
+    from llava.model.video import check_modalities, video_positions
+
+    assert check_modalities("video") == ["video"] and check_modalities(None) == []
+    assert video_positions(check_modalities(["image", "video", "text"]), 2) == [1]
+    assert video_positions(["video"], 3) == [0]  # NeXT's modalities index the images items
