@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any
 
-from .registry import canonical_model_type, entry_for_architectures
+from .registry import entry_for_config
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +27,11 @@ class LlavaConfigMixin:
     @classmethod
     def _remap_model_type(cls, config_dict: dict[str, Any]) -> dict[str, Any]:
         model_type = config_dict.get("model_type")
-        by_class = entry_for_architectures(config_dict)
-        if by_class is not None and by_class.model_type != cls.model_type:
-            by_class = None  # another LLM's checkpoint: the model_type rules below decide (and transformers warns)
-        if model_type != cls.model_type and (by_class is not None or canonical_model_type(model_type) == cls.model_type):
+        try:
+            target = entry_for_config(config_dict).model_type
+        except ValueError:  # an unknown model_type: transformers' own checks report it
+            target = None
+        if model_type != cls.model_type and target == cls.model_type:
             logger.info("reading a config with model_type %r as %r", model_type, cls.model_type)
             config_dict = {**config_dict, "model_type": cls.model_type}
         return config_dict

@@ -155,12 +155,7 @@ def checkpoint_model_type(path: str | os.PathLike[str], **kwargs: Any) -> str | 
 
 
 def entry_for_architectures(config_dict: dict[str, Any]) -> LanguageModelEntry | None:
-    """The entry whose causal-LM class ``config_dict["architectures"]`` names, if any.
-
-    LLaVA-OneVision's released ``config.json`` files say ``"model_type": "llava"`` (upstream LLaVA-1.5's LLaMA
-    alias) with ``"architectures": ["LlavaQwenForCausalLM"]`` (LLaVA-NeXT picks the class by model name, so it never
-    read ``model_type``); the class name is the more specific statement and wins.
-    """
+    """The entry whose causal-LM class ``config_dict["architectures"]`` names, if any."""
     _load_builtins_and_plugins()
     names = config_dict.get("architectures") or []
     for entry in _REGISTRY.values():
@@ -169,13 +164,31 @@ def entry_for_architectures(config_dict: dict[str, Any]) -> LanguageModelEntry |
     return None
 
 
+def entry_for_config(config_dict: dict[str, Any], source: str = "") -> LanguageModelEntry:
+    """The entry for a checkpoint's ``config.json`` contents: by its ``model_type``, except that an *alias*
+    (upstream LLaVA-1.5's ``llava``) gives way to the registered class its ``architectures`` names.
+
+    LLaVA-OneVision's released files say ``"model_type": "llava"`` with ``"architectures": ["LlavaQwenForCausalLM"]``
+    (LLaVA-NeXT picks the class by model name and never reads ``model_type``); those load as ``llava_qwen``. A
+    registered LLaVA or base ``model_type`` is never overridden, and an unknown one stays an error.
+
+    Raises:
+        ValueError: If no registered entry claims the ``model_type``.
+    """
+    model_type = config_dict.get("model_type")
+    by_type = resolve_language_model(model_type, source=source)
+    by_class = entry_for_architectures(config_dict)
+    if by_class is not None and by_class is not by_type and model_type in by_type.aliases:
+        return by_class
+    return by_type
+
+
 def language_model_for_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> LanguageModelEntry:
-    """The registry entry for the checkpoint (LLaVA or plain LLM) at ``path``: the class its ``architectures``
-    names (:func:`entry_for_architectures`), else its ``model_type``."""
+    """The registry entry for the checkpoint (LLaVA or plain LLM) at ``path`` (:func:`entry_for_config`)."""
     from transformers import PretrainedConfig
 
     config_dict, _ = PretrainedConfig.get_config_dict(os.fspath(path), **kwargs)
-    return entry_for_architectures(config_dict) or resolve_language_model(config_dict.get("model_type"), source=os.fspath(path))
+    return entry_for_config(config_dict, source=os.fspath(path))
 
 
 __all__ = [
@@ -184,6 +197,7 @@ __all__ = [
     "canonical_model_type",
     "checkpoint_model_type",
     "entry_for_architectures",
+    "entry_for_config",
     "language_model_for_checkpoint",
     "list_language_models",
     "register_language_model",
