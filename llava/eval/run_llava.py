@@ -21,6 +21,7 @@ from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_
 from llava.conversation import conv_templates, resolve_conv_mode
 from llava.generation import GenerationConfig, default_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
+from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
 from llava.video import load_video
 
@@ -105,6 +106,7 @@ def eval_model(args: Any) -> str:
         image_sizes=image_sizes,
         pad_token_id=pad_token_id,
         **extra,
+        **question_kwargs(model, tokenizer, [prompt], conv),
         **GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")}).generate_kwargs(),
     )
     answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()

@@ -17,6 +17,7 @@ from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
 from llava.generation import default_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
+from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
 from llava.video import load_video
 
@@ -78,6 +79,7 @@ def run_chat(args: argparse.Namespace) -> None:
         for answer in stream_answer(
             model, tokenizer, input_ids, images=pixels, image_sizes=image_sizes, temperature=args.temperature,
             max_new_tokens=args.max_new_tokens, stop=stop_string(conv), modalities=modalities,
+            **question_kwargs(model, tokenizer, [prompt], conv),
         ):
             if answer.startswith(printed):  # the last value may revise earlier text; the terminal keeps it
                 print(answer[len(printed):], end="", flush=True)

@@ -119,6 +119,7 @@ def stream_answer(
     max_new_tokens: int = 512,
     stop: str | None = None,
     modalities: Sequence[str] | None = None,
+    question_ids: Sequence[torch.Tensor] | None = None,
 ) -> Iterator[str]:
     """Generate an answer and yield it, growing, as it is decoded.
 
@@ -132,6 +133,8 @@ def stream_answer(
         max_new_tokens: Upper bound on generated tokens.
         stop: Text that ends the answer; it and anything after it are dropped.
         modalities: ``"image"`` / ``"video"`` per ``images`` item when a video is among them (else ``None``).
+        question_ids: The prompt's question ids, for a compressor that reads the question
+            (:func:`llava.model.compressor_text.question_kwargs`).
 
     Yields:
         The answer so far, after every token that settles more of it; the last value is always the exact
@@ -153,6 +156,7 @@ def stream_answer(
         streamer=streamer,
         stopping_criteria=criteria,
         pad_token_id=pad_token_id,
+        **({} if question_ids is None else {"question_ids": question_ids}),
         **GenerationConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens).generate_kwargs(),
     )
     if modalities is not None:

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX
 from llava.conversation import Conversation
 from llava.mm_utils import ImageUnreadable, open_image, process_images, process_video
+from llava.model.compressor_text import question_ids
 from llava.video import VideoUnreadable, import_av, load_video
 
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
@@ -295,6 +296,8 @@ class LazySupervisedDataset(Dataset):
         video: Where video samples live and how their frames are sampled; a video sample gives ``"image"``
             ``[F, 3, H, W]`` (its frames), ``"image_size"`` (a frame's ``(width, height)``) and ``"modality"``
             ``"video"``.
+        questions: Add ``"question_ids"`` (``[L]``): the question of the sample's first human turn, for a
+            compressor that reads it (:func:`llava.model.compressor_text.question_ids`, as QueCC's release trains).
     """
 
     #: Slots of the shared skip counter: the main process and up to this many - 1 dataloader workers.
@@ -313,9 +316,11 @@ class LazySupervisedDataset(Dataset):
         mm_use_im_start_end: bool = False,
         skip_bad_images: bool = False,
         video: VideoSettings | None = None,
+        questions: bool = False,
     ) -> None:
         self.records = list(records)
         self.video = video or VideoSettings()
+        self.questions = questions
         self.skip_bad_images = skip_bad_images
         # Shared memory, one slot per worker: dataloader workers are other processes, and each adds to its own
         # slot so that no count is lost to a race; the main process reads the sum.
@@ -375,6 +380,8 @@ class LazySupervisedDataset(Dataset):
             sample = preprocess(turns, self.tokenizer, self.conv)
         except ValueError as error:
             raise ValueError(f"{_describe(index, record)}: {error}") from None
+        if self.questions:
+            sample["question_ids"] = question_ids([render(turns, self.conv).text], self.tokenizer, self.conv)[0]
         path = image_path(record, self.image_folder) if self.multimodal else None
         if path is not None:
             sample["image"], sample["image_size"] = self.load_image(path, index, record)
@@ -453,6 +460,8 @@ class DataCollatorForSupervisedDataset:
             labels[row, :length] = item["labels"][:length]
             attention_mask[row, :length] = True
         batch: dict[str, Any] = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+        if all("question_ids" in item for item in instances):
+            batch["question_ids"] = [item["question_ids"] for item in instances]
         real = [item for item in instances if "image" in item]
         if real:
             # A stand-in copies the first image's shape and size, so that it merges (and is dropped) like a real one.

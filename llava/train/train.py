@@ -30,6 +30,7 @@ from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path
+from llava.model.compressor_text import text_need
 from llava.utils import cli_main, setup_logging
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
@@ -119,6 +120,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         mm_use_im_start_end=model_args.mm_use_im_start_end,
         skip_bad_images=data_args.skip_bad_samples,
         video=video,
+        questions=text_need(model) == "question",
     )
     save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
     trainer = LLaVATrainer(
