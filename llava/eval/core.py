@@ -189,7 +189,7 @@ def _drop_missing_files(items: list[EvalItem], skip_missing: bool, result: RunRe
         if absent is None:
             kept.append(item)
         else:
-            _missing(item, f"image file {absent.describe()} does not exist", skip_missing, result)
+            _missing(item, f"{getattr(absent, 'kind', 'image')} file {absent.describe()} does not exist", skip_missing, result)
     return kept
 
 

@@ -46,7 +46,7 @@ class ChatBackend(Protocol):
 
     def stream(self, payload: dict[str, Any]) -> Iterator[StreamChunk]: ...
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]: ...
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]: ...
 
 
 class ControllerBackend:
@@ -119,12 +119,13 @@ class ControllerBackend:
         except ValueError as error:
             yield StreamChunk(str(error), WORKER_ERROR)
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
         try:
             address = self.worker_address(model)
             if not address:
                 return {"available": False}
-            response = net.request("POST", address + "/worker_get_compressor_view", json={"images": list(images)},
+            body = {"images": list(images), **({"videos": list(videos)} if videos else {})}
+            response = net.request("POST", address + "/worker_get_compressor_view", json=body,
                                    headers=HEADERS, deadline=self.call_timeout, max_bytes=MAX_VIEW_BYTES, max_redirects=0)
             data = response.json()
         except (net.NetError, ValueError) as error:
@@ -180,12 +181,12 @@ class LocalBackend:
         with self._gate:
             yield from self.engine.generate_stream(payload)
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
         if model != self.engine.model_name:
             return {"available": False}
         try:
             with self._gate:
-                return self.engine.compressor_view({"images": list(images)})
+                return self.engine.compressor_view({"images": list(images), "videos": list(videos)})
         except ValueError as error:
             return {"available": False, "error": str(error)}
 
