@@ -1,10 +1,10 @@
-"""The chat page takes images only: uploads of anything else are refused and deleted at once (fault case K22).
+"""The chat page takes images and videos only: uploads of anything else are refused and deleted at once (K22).
 
 gradio stores every file posted to ``/gradio_api/upload`` in its cache before any component sees it, whatever
 its type, and keeps it there. :class:`ImageUploadsOnly` wraps the page's app: after gradio stored an upload,
 each stored file is checked from its header (:func:`llava.serve.images.check_image_file`: type, size, pixel
-count); if one is not an acceptable image, every file of that upload is deleted and the client gets HTTP 400
-with one sentence. Accepted uploads stay in the cache until the page's own cleanup (``delete_cache``, see
+count; else :func:`llava.serve.video_input.check_video_file`: a container with a video stream within the same
+limits); if one is neither, every file of that upload is deleted and the client gets HTTP 400 with one sentence. Accepted uploads stay in the cache until the page's own cleanup (``delete_cache``, see
 :mod:`llava.serve.chat_ui`) removes them.
 """
 
@@ -30,8 +30,26 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+def _media_problem(path: Path, limits: ImageLimits) -> str | None:
+    """Why ``path`` is neither an acceptable image nor an acceptable video (the image's reason first), or ``None``."""
+    try:
+        check_image_file(path, limits)
+        return None
+    except ImageRejected as error:
+        image_problem = str(error)
+    from .video_input import check_video_file  # PyAV only for what is not an image
+
+    try:
+        check_video_file(path, limits)
+        return None
+    except ImageRejected as error:
+        return image_problem if "neither an image nor a video" in str(error) else str(error)
+    except ValueError:  # PyAV missing: the page cannot read videos, so only images are acceptable
+        return image_problem
+
+
 class ImageUploadsOnly:
-    """ASGI middleware refusing (and deleting) uploads that are not images within ``limits``.
+    """ASGI middleware refusing (and deleting) uploads that are not images or videos within ``limits``.
 
     Args:
         app: The page's app.
@@ -79,10 +97,8 @@ class ImageUploadsOnly:
         stored = [path for path in stored if _inside(path, self.upload_folder)]
         problem = None
         for path in stored:
-            try:
-                check_image_file(path, self.limits)
-            except ImageRejected as error:
-                problem = str(error)
+            problem = _media_problem(path, self.limits)
+            if problem is not None:
                 break
         if problem is None:
             return None
