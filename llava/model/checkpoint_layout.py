@@ -163,7 +163,9 @@ def kind_from_name(model_name: str, model_base: str | None) -> CheckpointKind:
     return "llava_lora" if "lora" in name else "llava_projector"
 
 
-def checkpoint_kind(model_path: str, model_base: str | None, model_name: str | None = None) -> CheckpointKind:
+def checkpoint_kind(
+    model_path: str, model_base: str | None, model_name: str | None = None, *, multimodal: bool = False
+) -> CheckpointKind:
     """Which loader ``model_path`` needs, from its files (see the module docstring).
 
     Args:
@@ -171,6 +173,8 @@ def checkpoint_kind(model_path: str, model_base: str | None, model_name: str | N
         model_base: The base LLM given with it (``--model-base``), or ``None``.
         model_name: Upstream's ``model_name`` (the folder's name); read only when no ``config.json`` can be read
             from a hub id.
+        multimodal: LLaVA-NeXT's ``multimodal=True``: a LLaVA checkpoint even if its ``config.json`` does not say
+            so (the LLaVA keys come from elsewhere); the files still tell full, stage-1 and LoRA apart.
 
     Raises:
         UserError: One sentence when the folder is not a checkpoint this loader can use, naming what it holds
@@ -178,9 +182,11 @@ def checkpoint_kind(model_path: str, model_base: str | None, model_name: str | N
     """
     files = inspect_checkpoint(model_path)
     if files.config is None:
+        if multimodal and model_name and "llava" not in model_name.lower():
+            model_name = f"llava-{model_name}"
         return _kind_without_config(files, model_base, model_name)
     _refuse_transformers_format(files)
-    if not is_llava_config(files.config):
+    if not multimodal and not is_llava_config(files.config):
         return _plain_kind(files, model_base, model_name)
     check_llava_key_types(os.path.join(model_path, CONFIG_FILE), files.config)
     return _llava_kind(files, model_base)

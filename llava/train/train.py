@@ -50,7 +50,7 @@ from .preprocess import conversation_template
 from .recipe import planned_optimizer_steps, resolve_run_defaults
 from .resume import log_finished_run, resume_point, run_settings
 from .saving import llava_config
-from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records
+from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, VideoSettings, load_training_records
 from .train_callbacks import callbacks_for_model
 
 logger = logging.getLogger(__name__)
@@ -110,9 +110,10 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         flags = {**vars(model_args), "image_aspect_ratio": data_args.image_aspect_ratio}
         check_patch_merge(SimpleNamespace(**flags), "the flags")
     conv = conversation_template(model_args.version)
+    video = VideoSettings.from_args(data_args)  # LLaVA-NeXT's video flags, where the arguments have them
     records, _ = load_training_records(
         data_args.data_path, data_args.image_folder, multimodal=model_args.vision_tower is not None, conv=conv,
-        skip_bad=data_args.skip_bad_samples,
+        skip_bad=data_args.skip_bad_samples, video_folder=video.video_folder,
     )
     total_steps = planned_optimizer_steps(len(records), training_args)
     model_args, defaulted = resolve_run_defaults(model_args, total_steps)
@@ -140,6 +141,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
         image_grid_pinpoints=getattr(llava_config(model), "image_grid_pinpoints", None),
         mm_use_im_start_end=model_args.mm_use_im_start_end,
         skip_bad_images=data_args.skip_bad_samples,
+        video=video,
         questions=text_need(model) == "question",
     )
     save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
