@@ -15,10 +15,13 @@ from typing import Any
 
 from llava.model.multimodal_projector.plugins import RunInfo, plugin_for
 
+from .next_arguments import projector_only
+
 
 def training_stage(model_args: Any) -> str:
-    """``"pretrain"`` when only the projector trains (``tune_mm_mlp_adapter``), else ``"finetune"``."""
-    return "pretrain" if model_args.tune_mm_mlp_adapter else "finetune"
+    """``"pretrain"`` when only the projector trains (``--tune_mm_mlp_adapter True`` or LLaVA-NeXT's
+    ``--mm_tunable_parts mm_mlp_adapter``), else ``"finetune"``."""
+    return "pretrain" if projector_only(model_args) else "finetune"
 
 
 def planned_optimizer_steps(num_samples: int, training_args: Any) -> int:

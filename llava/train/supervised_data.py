@@ -29,6 +29,7 @@ from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX
 from llava.conversation import Conversation
 from llava.mm_utils import ImageUnreadable, open_image, process_images
 
+from .data_mixture import read_data_path
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
 
 logger = logging.getLogger(__name__)
@@ -166,14 +167,17 @@ class DataReport:
 
 
 def load_training_records(
-    path: str, image_folder: str | None, *, multimodal: bool, conv: Conversation | None = None, skip_bad: bool = False
+    path: str, image_folder: str | None, *, multimodal: bool, conv: Conversation | None = None, skip_bad: bool = False,
+    seed: int = 0,
 ) -> tuple[list[dict[str, Any]], DataReport]:
-    """Read and check every record (:func:`check_record`); stop at the first bad one, or drop bad ones when ``skip_bad``.
+    """Read (one file, or a LLaVA-NeXT YAML mixture / file list: :mod:`llava.train.data_mixture`, ``random:N``
+    draws seeded by ``seed``) and check every record (:func:`check_record`); stop at the first bad one, or drop bad
+    ones when ``skip_bad``.
 
     Raises:
         ValueError: For a bad record (unless ``skip_bad``), or when no usable record is left.
     """
-    records = read_records(path)
+    records, origins = read_data_path(os.fspath(path), read_records, seed=seed)
     report = DataReport(path=os.fspath(path), total=len(records))
     if not records:
         raise ValueError(f"{path} holds no training samples")
@@ -183,8 +187,9 @@ def load_training_records(
             check_record(record, image_folder, multimodal, conv)
         except BadSample as bad:
             if not skip_bad:
+                source, position = origins[index]
                 raise ValueError(
-                    f"{path}: {_describe(index, record)} {bad}; fix it or pass --skip_bad_samples True to drop such samples"
+                    f"{source}: {_describe(position, record)} {bad}; fix it or pass --skip_bad_samples True to drop such samples"
                 ) from None
             report.skipped[bad.reason] += 1
             report.examples.setdefault(bad.reason, f"{_describe(index, record)} {bad}")

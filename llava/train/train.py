@@ -12,42 +12,71 @@ Stage 1 (projector pre-training)::
 Stage 2 loads the stage-1 ``mm_projector.bin`` with ``--pretrain_mm_mlp_adapter`` and trains the LLM too
 (``--version v1``). See docs/TRAINING.md for the flags and what each stage writes.
 
+LLaVA-NeXT's scripts run too: ``--mm_tunable_parts``, ``--mm_vision_tower_lr``, ``--attn_implementation``, a YAML
+``--data_path`` mixture and the video/pooling keys (:mod:`llava.train.next_arguments`,
+:mod:`llava.train.data_mixture`).
+
 Order of work: arguments, then every training record is checked (so bad data fails before a model is
 loaded), the projector plugin's run defaults are filled in (:mod:`llava.train.recipe`), the model is built
 (:mod:`llava.train.model_setup`), callbacks that the model's projector registered are added
 (:mod:`llava.train.train_callbacks`), and training runs, resuming from the newest complete ``checkpoint-*``
 in ``--output_dir`` when its recorded settings match this run's (:mod:`llava.train.resume`).
+
+Upstream's public helpers (``make_supervised_data_module``, ``preprocess``, ``safe_save_model_for_hf_trainer``,
+``get_mm_adapter_state_maybe_zero_3``, ...) are importable from here, as from upstream's ``train.py``
+(:mod:`llava.train.upstream_api`).
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python llava/train/train.py): import llava from this checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 import logging
 import os
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path
-from llava.utils import cli_main, setup_logging
-
-from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
-from .llava_trainer import LLaVATrainer
-from .model_setup import (
+from llava.train.arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
+from llava.train.data_mixture import source_files
+from llava.train.llava_trainer import LLaVATrainer, LengthGroupedSampler
+from llava.train.model_setup import (
     apply_lora,
     check_deepspeed_support,
     drop_unused_settings,
+    find_all_linear_names,
     load_language_model,
     load_tokenizer,
     setup_vision,
 )
-from .preprocess import conversation_template
-from .recipe import planned_optimizer_steps, resolve_run_defaults
-from .resume import log_finished_run, resume_point, run_settings
-from .saving import llava_config
-from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records
-from .train_callbacks import callbacks_for_model
+from llava.train.next_arguments import projector_only
+from llava.train.preprocess import conversation_template
+from llava.train.recipe import planned_optimizer_steps, resolve_run_defaults
+from llava.train.resume import log_finished_run, resume_point, run_settings
+from llava.train.saving import llava_config
+from llava.train.supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records
+from llava.train.train_callbacks import callbacks_for_model
+from llava.train.upstream_api import (
+    get_mm_adapter_state_maybe_zero_3,
+    get_peft_state_maybe_zero_3,
+    get_peft_state_non_lora_maybe_zero_3,
+    make_supervised_data_module,
+    maybe_zero_3,
+    preprocess,
+    preprocess_multimodal,
+    rank0_print,
+    safe_save_model_for_hf_trainer,
+    smart_tokenizer_and_embedding_resize,
+)
+from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +102,18 @@ def build_model(
     return model, tokenizer, image_processor
 
 
+def data_seed(training_args: TrainingArguments) -> int:
+    """The seed of data choices (``random:N`` mixture draws, the sampler): ``--data_seed``, else ``--seed``."""
+    return training_args.data_seed if training_args.data_seed is not None else training_args.seed
+
+
 def train(attn_implementation: str | None = None, argv: Sequence[str] | None = None) -> Trainer:
     """Run one training stage from command-line arguments (``sys.argv[1:]`` when ``argv`` is None).
 
     Args:
         attn_implementation: transformers attention backend for the LLM (``"flash_attention_2"``,
-            ``"sdpa"``, ``"eager"``); ``None`` keeps transformers' default.
+            ``"sdpa"``, ``"eager"``) when ``--attn_implementation`` is not given (the flag wins, as in
+            LLaVA-NeXT); ``None`` keeps transformers' default.
         argv: The arguments, as on the command line.
 
     Returns:
@@ -86,10 +121,11 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     """
     setup_logging()
     model_args, data_args, training_args = parse_arguments(argv)
+    attn_implementation = training_args.attn_implementation or attn_implementation
     conv = conversation_template(model_args.version)
     records, _ = load_training_records(
         data_args.data_path, data_args.image_folder, multimodal=model_args.vision_tower is not None, conv=conv,
-        skip_bad=data_args.skip_bad_samples,
+        skip_bad=data_args.skip_bad_samples, seed=data_seed(training_args),
     )
     total_steps = planned_optimizer_steps(len(records), training_args)
     model_args, defaulted = resolve_run_defaults(model_args, total_steps)
@@ -97,7 +133,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     check_model_path(model_args.model_name_or_path, "--model_name_or_path")
     if model_args.vision_tower:
         check_model_path(model_args.vision_tower, "--vision_tower")
-    settings = run_settings(model_args, data_args, training_args)
+    settings = run_settings(model_args, data_args, training_args, data_sources=source_files(data_args.data_path))
     resume_from = resume_point(
         training_args.output_dir, training_args.resume_from_checkpoint, settings,
         overwrite=training_args.overwrite_output_dir, deepspeed=bool(training_args.deepspeed),
@@ -111,19 +147,19 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     logger.info("training %s for %d optimizer steps; callbacks: %s", model_args.model_name_or_path, total_steps,
                 ", ".join(type(callback).__name__ for callback in callbacks) or "none")
 
-    dataset = LazySupervisedDataset(
-        records, tokenizer, conv, image_folder=data_args.image_folder, image_processor=image_processor,
-        image_aspect_ratio=data_args.image_aspect_ratio,
-        image_grid_pinpoints=getattr(llava_config(model), "image_grid_pinpoints", None),
-        mm_use_im_start_end=model_args.mm_use_im_start_end,
-        skip_bad_images=data_args.skip_bad_samples,
-    )
-    save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
+    # What upstream's train() sets on data_args before building the data module.
+    data_view = SimpleNamespace(**{
+        **vars(data_args), "image_processor": image_processor, "mm_use_im_start_end": model_args.mm_use_im_start_end,
+        "image_grid_pinpoints": getattr(llava_config(model), "image_grid_pinpoints", None),
+    })
+    data_module = make_supervised_data_module(tokenizer, data_view, conv=conv, records=records)
+    dataset = data_module["train_dataset"]
+    save_mode = "lora" if training_args.lora_enable else "projector" if projector_only(model_args) else "full"
     trainer = LLaVATrainer(
         model=model,
         args=training_args,
         train_dataset=dataset,
-        data_collator=DataCollatorForSupervisedDataset(tokenizer.pad_token_id, tokenizer.model_max_length),
+        data_collator=data_module["data_collator"],
         processing_class=tokenizer,
         callbacks=callbacks,
         save_mode=save_mode,
@@ -144,6 +180,31 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
 
 def main(argv: Sequence[str] | None = None) -> Trainer:
     return train(argv=argv)
+
+
+__all__ = [
+    "DataArguments",
+    "DataCollatorForSupervisedDataset",
+    "LLaVATrainer",
+    "LazySupervisedDataset",
+    "LengthGroupedSampler",
+    "ModelArguments",
+    "TrainingArguments",
+    "build_model",
+    "find_all_linear_names",
+    "get_mm_adapter_state_maybe_zero_3",
+    "get_peft_state_maybe_zero_3",
+    "get_peft_state_non_lora_maybe_zero_3",
+    "main",
+    "make_supervised_data_module",
+    "maybe_zero_3",
+    "preprocess",
+    "preprocess_multimodal",
+    "rank0_print",
+    "safe_save_model_for_hf_trainer",
+    "smart_tokenizer_and_embedding_resize",
+    "train",
+]
 
 
 if __name__ == "__main__":
