@@ -45,6 +45,7 @@ from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path
+from llava.outputs import MARKER, check_output_folder, check_outputs, is_ours, write_text
 from llava.train.arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
 from llava.train.data_mixture import source_files
 from llava.train.llava_trainer import LLaVATrainer, LengthGroupedSampler
@@ -102,6 +103,27 @@ def build_model(
     return model, tokenizer, image_processor
 
 
+def claim_output_dir(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """The output guard for ``--output_dir``, before any model loads: not one of the inputs nor a folder holding
+    one, writable, and absent, empty, ours (:data:`~llava.outputs.MARKER`) or holding only ``checkpoint-*``
+    folders; then it is marked as ours, so a rerun (resuming) may write there again.
+
+    Raises:
+        UserError: One sentence naming the flag, the folder and the fix.
+    """
+    output_dir = training_args.output_dir
+    inputs = {
+        "--model_name_or_path": model_args.model_name_or_path, "--vision_tower": model_args.vision_tower,
+        "--pretrain_mm_mlp_adapter": model_args.pretrain_mm_mlp_adapter, "--image_folder": data_args.image_folder,
+        "--video_folder": data_args.video_folder,
+        **{f"--data_path ({path})": path for path in source_files(data_args.data_path)},
+    }
+    check_outputs({flag: path for flag, path in inputs.items() if path and os.path.exists(path)}, {"--output_dir": output_dir})
+    check_output_folder(output_dir, "--output_dir", allow=("checkpoint-*",))
+    if training_args.should_save and not is_ours(output_dir):
+        write_text(Path(output_dir) / MARKER, "written by llava.train.train; a rerun of it may write here again\n")
+
+
 def data_seed(training_args: TrainingArguments) -> int:
     """The seed of data choices (``random:N`` mixture draws, the sampler): ``--data_seed``, else ``--seed``."""
     return training_args.data_seed if training_args.data_seed is not None else training_args.seed
@@ -133,6 +155,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     check_model_path(model_args.model_name_or_path, "--model_name_or_path")
     if model_args.vision_tower:
         check_model_path(model_args.vision_tower, "--vision_tower")
+    claim_output_dir(model_args, data_args, training_args)
     settings = run_settings(model_args, data_args, training_args, data_sources=source_files(data_args.data_path))
     resume_from = resume_point(
         training_args.output_dir, training_args.resume_from_checkpoint, settings,
@@ -191,6 +214,7 @@ __all__ = [
     "ModelArguments",
     "TrainingArguments",
     "build_model",
+    "claim_output_dir",
     "find_all_linear_names",
     "get_mm_adapter_state_maybe_zero_3",
     "get_peft_state_maybe_zero_3",
