@@ -31,6 +31,11 @@ run() {
     fi
 }
 
+BENCHMARKS="gqa mmbench_en mmbench_cn mme pope scienceqa textvqa mmvet"
+if [[ " $BENCHMARKS " != *" $BENCHMARK "* ]]; then
+    echo "$0: unknown benchmark '$BENCHMARK'; expected one of: $BENCHMARKS" >&2
+    exit 2
+fi
 [[ -n "${DRY_RUN:-}" ]] || mkdir -p "$OUT_DIR"
 case "$BENCHMARK" in
     gqa)
@@ -92,9 +97,5 @@ case "$BENCHMARK" in
         run "$PYTHON" -m llava.eval.model_vqa --model-path "$MODEL_PATH" --question-file "$EVAL/mmvet/llava-mm-vet.jsonl" \
             --image-folder "$EVAL/mmvet/images" --answers-file "$OUT" "${DECODING[@]}"
         run "$PYTHON" scripts/convert_mmvet_for_eval.py --src "$OUT" --dst "$OUT_DIR/answers.json"
-        ;;
-    *)
-        echo "$0: unknown benchmark '$BENCHMARK'; expected gqa, mmbench_en, mmbench_cn, mme, pope, scienceqa, textvqa or mmvet" >&2
-        exit 2
         ;;
 esac

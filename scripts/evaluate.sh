@@ -10,6 +10,8 @@ source "$(dirname "$0")/braco_common.sh"
 braco_arguments "$@"
 
 require_dir "$STAGE2" "the stage-2 checkpoint of this run (train it with scripts/train_braco.sh $BUDGET $SEED)"
+RESULT_ROOT="$RUN_ROOT/evaluation"
+writable_folder "$RESULT_ROOT"
 MODEL_PATH="$RUN_ROOT/llava-braco"
 if ! dry_run; then
     # The official layout: a llava-braco link to stage2 (upstream LLaVA picks its loader from the folder name).
@@ -21,8 +23,6 @@ if ! dry_run; then
     fi
 fi
 
-RESULT_ROOT="$RUN_ROOT/evaluation"
-writable_folder "$RESULT_ROOT"
 if [[ -n "${BENCHMARKS:-}" ]]; then
     read -ra benchmarks <<< "$BENCHMARKS"
 else

@@ -113,6 +113,36 @@ def test_missing_model_folder_is_named(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
+def test_an_unwritable_repro_root_is_one_sentence(official_roots, tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = {**{key: str(value) for key, value in official_roots.items()}, "REPRO_ROOT": str(blocker)}
+    result = _bash("train_braco.sh", "9", "0", **env)
+    assert result.returncode == 2 and f"cannot write to '{blocker}/outputs/braco/k9/seed0'" in result.stderr
+    assert blocker.read_text() == "not a folder"
+
+
+def test_evaluate_refuses_a_llava_braco_that_is_not_the_link(tmp_path) -> None:
+    run = tmp_path / "outputs" / "braco" / "k4" / "seed0"
+    (run / "stage2").mkdir(parents=True)
+    (run / "llava-braco").mkdir()
+    (run / "llava-braco" / "notes.txt").write_text("mine")
+    result = _bash("evaluate.sh", "4", "0", REPRO_ROOT=str(tmp_path), MODEL_ROOT=str(tmp_path), DATA_ROOT=str(tmp_path))
+    assert result.returncode == 2 and "exists but is not a link to" in result.stderr
+    assert (run / "llava-braco" / "notes.txt").read_text() == "mine"
+
+
+def test_evaluate_needs_the_stage2_checkpoint(tmp_path) -> None:
+    result = _bash("evaluate.sh", "4", "0", REPRO_ROOT=str(tmp_path), MODEL_ROOT=str(tmp_path), DATA_ROOT=str(tmp_path))
+    assert result.returncode == 2 and "the stage-2 checkpoint of this run" in result.stderr and "train_braco.sh 4 0" in result.stderr
+
+
+def test_unknown_benchmark_is_one_sentence(tmp_path) -> None:
+    result = subprocess.run(["bash", str(REPO / "scripts" / "eval_one.sh"), "vqav3"], capture_output=True, text=True, timeout=60,
+                            env=_env(MODEL_PATH="m", RESULT_ROOT=str(tmp_path), DATA_ROOT=str(tmp_path)))
+    assert result.returncode == 2 and "unknown benchmark 'vqav3'" in result.stderr and not (tmp_path / "vqav3").exists()
+
+
 # ---------------------------------------------------------------------------------------------- real tiny runs
 
 #: What makes the paper's recipe run on a CPU in seconds (appended to both stages; later flags win).
