@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from braco_patch.cost.measure import time_call
+from llava.cost.measure import time_call
 
 
 def matmul_peak_tflops(device: str, size: int, repeats: int = 10) -> float:

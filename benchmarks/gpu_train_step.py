@@ -22,15 +22,16 @@ from typing import Any
 import torch
 
 from braco_patch import BracoConfig
-from braco_patch.cost.measure import MeasureOptions, RandomPipeline, describe_device, time_call
-from braco_patch.cost.presets import get_preset
+from braco_patch.cost.measure import braco_projector
+from llava.cost.measure import MeasureOptions, RandomPipeline, describe_device, time_call
+from llava.cost.presets import get_preset
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def train_step_fn(pipe: RandomPipeline, alloc: BracoConfig | None, batch: int, text_tokens: int, lr: float = 2e-4):
     """A closure running one full training step for ``alloc`` (None = vanilla), and its LLM sequence length."""
-    projector = pipe.projector(alloc).train()
+    projector = braco_projector(pipe.spec, alloc, pipe.opts).train()
     for parameter in projector.parameters():
         parameter.requires_grad_(True)
     trainable = [p for p in projector.parameters()] + [p for p in pipe.llm.parameters() if p.requires_grad]

@@ -12,7 +12,8 @@ edits. It declares:
   training flag and a ``config.json`` key;
 - the paper's per-stage temperature schedule as run defaults, and the annealing callback;
 - needs: only the select layer, on a square grid; boundary ``pre``;
-- its demo view (:mod:`braco_patch.view`): the DCT low-pass picture and the residual weight maps.
+- its demo view (:mod:`braco_patch.view`): the DCT low-pass picture and the residual weight maps;
+- its cost model: the coder's FLOPs per paper step (:mod:`braco_patch.cost.coder_flops`) and ``braco_k{K}`` per budget.
 
 Each type builds ``Sequential(coder, Linear(mm_hidden, hidden), GELU, Linear(hidden, hidden))`` (indices 0–3,
 the official checkpoint layout) and writes the resolved keys back into the model config, so ``config.json``
@@ -21,11 +22,11 @@ rebuilds the same module with no flags.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch.nn as nn
 
+from llava.cost.module import CostModel
 from llava.model.multimodal_projector.builder import mlp_projector
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
 
@@ -43,9 +44,10 @@ from .config import (
 )
 from .coordinates import COORDINATE_ALIASES, COORDINATE_MODES, canonical_coordinates
 from .embedding import EMBEDDINGS
-from .schedule import DEFAULT_SCHEDULE, SCHEDULES, STAGE_TEMPERATURES, BracoAnnealCallback, annealed_coders
+from .callbacks import BracoAnnealCallback
+from .schedule import DEFAULT_SCHEDULE, SCHEDULES, STAGE_TEMPERATURES, annealed_coders
 
-__all__ = ["PLUGIN", "braco_config_from_model_config", "build_braco_projector", "checkpoint_prefill_flops"]
+__all__ = ["PLUGIN", "braco_config_from_model_config", "build_braco_projector"]
 
 TEMPERATURE_KEYS = ("mm_fourier_temp_start", "mm_fourier_temp_end", "mm_fourier_temp_steps", "mm_fourier_temp_schedule")
 
@@ -160,6 +162,17 @@ def _callbacks(model: Any) -> list[Any]:
     return [BracoAnnealCallback()] if annealed_coders(model) else []
 
 
+def _module_flops(config: Any, setting: Any) -> Any:
+    from .cost.coder_flops import braco_module_cost
+
+    return braco_module_cost(config, setting)
+
+
+def _types_at_budget(budget: int) -> list[str]:
+    """``braco_k{K}``: the paper's allocation for K (one sentence when no allocation gives K)."""
+    return [f"{PROJECTOR_PREFIX}k{BracoConfig.from_budget(budget).output_tokens}"]
+
+
 def _view(projector: Any, inputs: Any) -> Any:
     from .view import braco_view
 
@@ -180,30 +193,6 @@ PLUGIN = register_plugin(
         needs=ModelNeeds(square_grid=True),
         boundary="pre",
         view=_view,
-        tools={
-            "prefill_flops": lambda checkpoint_dir, prompt_tokens: checkpoint_prefill_flops(checkpoint_dir, prompt_tokens),
-            "module_flops": lambda config, setting: _module_flops(config, setting),
-            "projectors_at_budget": lambda budget: [f"{PROJECTOR_PREFIX}k{BracoConfig.from_budget(budget).output_tokens}"],
-        },
+        cost=CostModel(module_flops=_module_flops, types_at_budget=_types_at_budget),
     )
 )
-
-
-def _module_flops(config: Any, setting: Any) -> Any:
-    from .cost.projectors import braco_module_flops
-
-    return braco_module_flops(config, setting)
-
-
-def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
-    """Analytic FLOPs of one image's prefill through a saved checkpoint of any projector type.
-
-    Delegates to :func:`braco_patch.cost.projectors.checkpoint_prefill_flops`, which asks the checkpoint's
-    plugin for its module cost (``module_flops``), so this tool serves every compressor, not only Braco.
-
-    Returns:
-        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "accounting"}``.
-    """
-    from .cost.projectors import checkpoint_prefill_flops as generic
-
-    return generic(checkpoint_dir, prompt_tokens)

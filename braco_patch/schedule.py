@@ -1,20 +1,15 @@
 """Sparsemax temperature annealing (paper App. J.2; official ``set_step`` semantics).
 
-``scheduled_temperature`` is the schedule as a pure function. :class:`BracoAnnealCallback` drives every
-annealed coder in a model from the Hugging Face ``Trainer``: on train begin and after every optimiser step
-it sets the temperature for ``state.global_step``, so step ``t + 1`` trains with ``τ(t)``, all
-gradient-accumulation micro-batches share one ``τ``, and a resumed run continues where it stopped.
+``scheduled_temperature`` is the schedule as a pure function (a core unit: it imports nothing but the standard
+library). :class:`braco_patch.callbacks.BracoAnnealCallback` drives it from the Hugging Face ``Trainer``.
 """
 
 from __future__ import annotations
 
 import math
 
-from transformers import TrainerCallback
-
 __all__ = [
-    "DEFAULT_SCHEDULE", "SCHEDULES", "STAGE_TEMPERATURES", "TEMPERATURE_FLOOR", "scheduled_temperature", "BracoAnnealCallback",
-    "annealed_coders",
+    "DEFAULT_SCHEDULE", "SCHEDULES", "STAGE_TEMPERATURES", "TEMPERATURE_FLOOR", "scheduled_temperature", "annealed_coders",
 ]
 
 SCHEDULES = ("cosine", "linear", "exp")
@@ -59,19 +54,3 @@ def scheduled_temperature(
 def annealed_coders(model) -> list:
     """Every module of ``model`` with a temperature schedule (``set_step`` and ``is_annealed``)."""
     return [m for m in model.modules() if getattr(m, "is_annealed", False) and hasattr(m, "set_step")]
-
-
-class BracoAnnealCallback(TrainerCallback):
-    """Set every annealed coder's temperature from ``state.global_step``."""
-
-    def _apply(self, state, model) -> None:
-        if model is None:
-            return
-        for coder in annealed_coders(model):
-            coder.set_step(state.global_step, state.max_steps)
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self._apply(state, model)
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        self._apply(state, model)

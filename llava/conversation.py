@@ -27,12 +27,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
+import re
 from enum import Enum, auto
 from io import BytesIO
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from llava.constants import DEFAULT_IMAGE_TOKEN
+from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -686,6 +687,85 @@ def resolve_conv_mode(model_name: str, requested: str | None, tokenizer: Any = N
     return mode
 
 
+# ---------------------------------------------------------------------- the question of a prompt
+
+# Stands for the first user message when a template renders its structure (no prompt contains NUL characters).
+_QUESTION_PROBE = "\x00question\x00"
+# An image marker as prompts spell it (plain, mm_use_im_start_end, mmtag), with the newline LLaVA puts after it.
+_IMAGE_MARKER = re.compile(
+    r"(?:<Image>)?(?:" + re.escape(DEFAULT_IM_START_TOKEN) + r")?" + re.escape(DEFAULT_IMAGE_TOKEN)
+    + r"(?:" + re.escape(DEFAULT_IM_END_TOKEN) + r")?(?:</Image>)?"
+)
+
+
+def _template(conv: Conversation | str) -> Conversation:
+    if isinstance(conv, Conversation):
+        return conv
+    if conv not in conv_templates:
+        raise ValueError(f"unknown conversation template {conv!r}; expected one of {', '.join(sorted(conv_templates))}")
+    return conv_templates[conv]
+
+
+def _first_turn_bounds(template: Conversation, system: str, messages: Sequence[Any]) -> tuple[str, str]:
+    """``(text before, text after)`` the first user message when ``template`` renders it with ``system`` and the
+    few-shot ``messages`` before it, and an open assistant turn after it."""
+    probe = dataclasses.replace(template, system=system, messages=[*map(list, messages)])
+    probe.messages += [[template.roles[0], _QUESTION_PROBE], [template.roles[1], None]]
+    head, tail = probe.get_prompt().split(_QUESTION_PROBE)
+    return head, tail
+
+
+def question_of(prompt: str, conv: Conversation | str) -> str:
+    """The question of a prompt rendered with ``conv``'s template: the text of its first user turn, its image
+    markers removed (with the newline after each), stripped.
+
+    The template's structure says where that turn starts and ends: it renders a conversation whose first user
+    message is a placeholder (after the template's own few-shot turns) and an open assistant turn; the text
+    before the placeholder must begin the prompt (or, for a prompt written without the system text, its
+    system-less version must occur in it, e.g. ``"USER: "``), and the text after it (``" ASSISTANT:"`` for ``vicuna_v1``,
+    ``" [/INST]"`` for ``llama_2``/``mistral_instruct``, ``"<|im_end|>\n<|im_start|>assistant\n"`` for
+    ChatML/Qwen) ends the turn at its first occurrence, so later turns and answers are never part of it. ``plain``
+    has no roles: its user turn is the image, then (at inference) a newline and the text up to the prompt's last
+    separator; stage 1's training text ``"<image>" + caption + "\n"`` has no user text (the caption is the answer).
+
+    For LLaVA's layout (``"<image>\n"`` + the user's text) this is what QueCC's release reads: the text after the
+    image up to ``ASSISTANT``, stripped.
+
+    Args:
+        prompt: A prompt (or training text) rendered with the template.
+        conv: The template, or its key in ``conv_templates``.
+
+    Raises:
+        ValueError: If the prompt does not start the way the template renders a conversation, or its first user
+            turn never ends.
+    """
+    template = _template(conv)
+    head, tail = _first_turn_bounds(template, template.system, template.messages)
+    start = len(head) if prompt.startswith(head) else None
+    if start is None:  # a prompt written without the system text (and few-shot turns): its first role opener
+        opener = _first_turn_bounds(template, "", ())[0].lstrip()
+        found = prompt.find(opener) if opener else 0
+        start = None if found < 0 else found + len(opener)
+    if start is None:
+        name = template.version if template.version != "Unknown" else template.sep_style.name.lower()
+        raise ValueError(
+            f"the prompt does not start the way the {name!r} template renders a conversation ({head[-40:]!r} before "
+            f"the first user message); render it with that template, or give the question's token ids yourself"
+        )
+    turn = prompt[start:]
+    plain = template.sep_style is SeparatorStyle.PLAIN
+    if plain:
+        leading = re.match(r"(?:" + _IMAGE_MARKER.pattern + r")+", turn)
+        if leading is not None and not turn[leading.end():].startswith("\n"):
+            return ""  # "<image>" + caption: the user turn is the image alone
+    turn = re.sub(_IMAGE_MARKER.pattern + r"\n?", "", turn)
+    # plain has no assistant role: its one user turn runs to the prompt's last separator
+    end = (turn.rfind(tail) if plain else turn.find(tail)) if tail else len(turn)
+    if end < 0:
+        raise ValueError(f"the prompt's first user turn never ends: {tail.strip()!r} of the {name!r} template does not follow it")
+    return turn[:end].strip()
+
+
 __all__ = [
     "IMAGE_PROCESS_MODES",
     "Conversation",
@@ -694,6 +774,7 @@ __all__ = [
     "conv_templates",
     "default_conversation",
     "missing_tokens",
+    "question_of",
     "resolve_conv_mode",
     "stage1_template",
     "template_for_model",

@@ -21,43 +21,11 @@ from PIL import Image
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
 from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, tokenizer_image_token
+from llava.devices import default_device, default_dtype, resolve_device
+from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
-
-
-def default_device() -> str:
-    """``"cuda"`` when available, else ``"cpu"`` (the ``--device`` default of every command)."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_device(device: str | None) -> str:
-    """``device`` as given (checked), or :func:`default_device` when ``None``.
-
-    Raises:
-        UserError: For a name torch does not know, or a CUDA device on a machine without one (a run must never
-            fall back to the CPU without a word).
-    """
-    if device is None or device == "":
-        return default_device()
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError, TypeError):
-        raise UserError(f"--device {device!r} is not a device name; use cpu, cuda or cuda:N") from None
-    if parsed.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(
-                f"--device {device} needs a GPU and a CUDA build of PyTorch; this machine has none "
-                f"(torch {torch.__version__}); pass --device cpu"
-            )
-        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise UserError(f"--device {device} names GPU {parsed.index}, but this machine has {torch.cuda.device_count()}")
-    return device
-
-
-def default_dtype(device: str) -> torch.dtype:
-    """float16 on CUDA (upstream's inference dtype), float32 elsewhere."""
-    return torch.float16 if torch.device(device).type == "cuda" else torch.float32
 
 
 @dataclass(frozen=True)
@@ -168,6 +136,8 @@ class LlavaGenerator:
         if flat:
             pixels, sizes = images_to_pixels(flat, self.image_processor, self.model.config, self.device, self.dtype)
             image_kwargs = {"images": pixels, "image_sizes": sizes}
+        if flat:  # a compressor that reads the question gets it
+            image_kwargs.update(question_kwargs(self.model, self.tokenizer, prompts, self.conv_mode))
         output_ids = self.model.generate(
             input_ids, attention_mask=attention_mask, pad_token_id=self.pad_token_id, **image_kwargs, **config.generate_kwargs()
         )

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from llava.cost.module import CostModel
 from llava.model.multimodal_projector.builder import mlp_projector, resolve_projector
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
 
@@ -42,7 +43,7 @@ from ._common import multi_level_layers, region_scale
 from .divprune import DivPrune
 from .fourier_vlm import FourierVLM
 from .mqt import MQTAbstractor
-from .prumerge import PruMerge
+from .prumerge import PruMerge, projection_scores
 from .quecc import QueCC
 from .tokenpacker import TokenPacker
 
@@ -164,7 +165,7 @@ class CompressThenProject(nn.Module):
         if inputs is None:
             raise ValueError(f"{type(self.compressor).__name__} needs the model's CompressorInputs; call it through encode_images")
         if self.method == "attention":
-            return self.compressor(features, inputs.attention, inputs.keys)
+            return self.compressor(features, prumerge_scores(inputs), inputs.keys)
         levels = [inputs.layers[index] for index in self.layers]
         return self.compressor(features, levels, quecc_text_states(inputs, features))
 
@@ -175,13 +176,24 @@ class CompressThenProject(nn.Module):
         return self.project(out)
 
 
-def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
-    """``[B, d_text]``: the LLM's last-layer state at the last prompt token of each image's prompt.
+def prumerge_scores(inputs: Any) -> torch.Tensor:
+    """``[B, N]`` PruMerge importance from the q/k projections of the layer its plugin asked for (the release's
+    single full-width product, :func:`~braco_patch.baselines.prumerge.projection_scores`)."""
+    if inputs.queries is None or inputs.keys is None:
+        raise ValueError("PruMerge scores patches with the tower's query and key projections, but CompressorInputs has none; call it through encode_images")
+    return projection_scores(inputs.queries, inputs.keys, inputs.has_cls_token)
 
-    Each prompt runs on its own (``[1, L_i, hidden]``, no padding), so an image's tokens never depend on the
-    batch. The pass carries no gradient into the LLM (the text projection after it trains). Without a prompt
-    (``encode_images`` called on its own, e.g. the demo's token count) the state is zero, and so is an image's
-    whose prompt has no text token (a stage-1 ``plain`` sample on a tokenizer that adds no BOS, e.g. Qwen2's).
+
+def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
+    """``[B, d_text]``: the LLM's last-layer state at the last token of each image's question.
+
+    The question (``CompressorInputs.prompt`` for a plugin that asked for ``text="question"``) is the first user
+    turn without image markers, tokenized on its own with the tokenizer's special tokens (LLaMA: BOS), as the
+    release re-tokenizes it. Each runs on its own (``[1, L_i, hidden]``, no padding), so an image's tokens never
+    depend on the batch. The pass carries no gradient into the LLM (the text projection after it trains).
+    Without text (``encode_images`` called on its own, e.g. the demo's token count) the state is zero, and so is
+    an image's whose question has no token at all (stage 1's ``plain`` samples have no question; on a tokenizer
+    that adds no BOS, e.g. Qwen2's, that leaves nothing to run).
     """
     width = int(features.shape[0])
     prompts = inputs.prompt
@@ -350,7 +362,7 @@ def _layers_of(config: Any, key: str) -> tuple[int, ...]:
 
 
 def _quecc_needs(config: Any) -> ModelNeeds:
-    return ModelNeeds(tower_layers=_layers_of(config, "mm_quecc_layers"), prompt=True, square_grid=True)
+    return ModelNeeds(tower_layers=_layers_of(config, "mm_quecc_layers"), text="question", square_grid=True)
 
 
 def _tokenpacker_needs(config: Any) -> ModelNeeds:
@@ -371,20 +383,20 @@ def _view(kind: str):
     return view
 
 
-# ---------------------------------------------------------------------------------------------- cost tools
+# ---------------------------------------------------------------------------------------------- cost
 
 
-def _cost_tools(method: str, names: tuple[str, ...], *, square: bool = False) -> dict[str, Any]:
-    """The ``module_flops`` and ``projectors_at_budget`` tools of one method (``braco cost``, ``--projectors all``).
+def _cost_model(method: str, names: tuple[str, ...], *, square: bool = False) -> CostModel:
+    """The :class:`CostModel` of one method (``braco cost``, ``llava.eval.compare``, ``--projectors all``).
 
     Args:
-        method: A key of :data:`braco_patch.baselines.cost.MODULE_FLOPS`.
+        method: A key of :data:`braco_patch.baselines.module_flops.MODULE_FLOPS`.
         names: Projector-type templates offered for a budget, e.g. ``("divprune_k{k}",)``.
         square: The method gives only square numbers of tokens (a C×C grid of regions or frequencies).
     """
 
     def module_flops(config: Any, setting: Any) -> Any:
-        from braco_patch.cost.baselines import baseline_module_flops
+        from .module_flops import baseline_module_flops
 
         name = str(config.mm_projector_type)
         _, match = resolve_projector(name)  # the registered pattern's last group is K (MQT: mm_mqt_num_tokens first)
@@ -397,13 +409,13 @@ def _cost_tools(method: str, names: tuple[str, ...], *, square: bool = False) ->
             )
         return baseline_module_flops(method, int(budget), setting, projector_type=name)
 
-    def projectors_at_budget(budget: int) -> list[str]:
+    def types_at_budget(budget: int) -> list[str]:
         side = math.isqrt(budget)
         if square and side * side != budget:
             raise ValueError(f"{method} gives a square number of tokens (4, 9, 16, 25, ...), not {budget}")
         return [template.format(k=budget) for template in names]
 
-    return {"module_flops": module_flops, "projectors_at_budget": projectors_at_budget}
+    return CostModel(module_flops=module_flops, types_at_budget=types_at_budget)
 
 
 # ---------------------------------------------------------------------------------------------- declarations
@@ -423,10 +435,10 @@ PLUGINS = (
             Setting("mm_prumerge_extra_token", bool, "append the attention-weighted sum of the pruned tokens (counts in K)", default=True),
         ),
         key_prefixes=("mm_prumerge_",),
-        needs=ModelNeeds(attention=True),
+        needs=ModelNeeds(attention=1),  # the layer after the select layer reads its features (the release's layer 23)
         boundary=PruMerge.boundary,
         view=_view("prumerge"),
-        tools=_cost_tools("prumerge", ("prumerge_k{k}", "prumerge_plus_k{k}")),
+        cost=_cost_model("prumerge", ("prumerge_k{k}", "prumerge_plus_k{k}")),
     )),
     register_plugin(CompressorPlugin(
         name="divprune",
@@ -435,7 +447,7 @@ PLUGINS = (
         needs=ModelNeeds(),
         boundary=DivPrune.boundary,
         view=_view("divprune"),
-        tools=_cost_tools("divprune", ("divprune_k{k}",)),
+        cost=_cost_model("divprune", ("divprune_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="mqt",
@@ -455,7 +467,7 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=MQTAbstractor.boundary,
         view=_view("mqt"),
-        tools=_cost_tools("mqt", ("mqt_k{k}",)),
+        cost=_cost_model("mqt", ("mqt_k{k}",)),
     )),
     register_plugin(CompressorPlugin(
         name="quecc",
@@ -468,7 +480,7 @@ PLUGINS = (
         needs=_quecc_needs,
         boundary=QueCC.boundary,
         view=_view("regions"),
-        tools=_cost_tools("quecc", ("quecc_k{k}",), square=True),
+        cost=_cost_model("quecc", ("quecc_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="tokenpacker",
@@ -481,7 +493,7 @@ PLUGINS = (
         needs=_tokenpacker_needs,
         boundary=TokenPacker.boundary,
         view=_view("regions"),
-        tools=_cost_tools("tokenpacker", ("tokenpacker_k{k}",), square=True),
+        cost=_cost_model("tokenpacker", ("tokenpacker_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="fouriervlm",
@@ -491,6 +503,6 @@ PLUGINS = (
         needs=ModelNeeds(square_grid=True),
         boundary=FourierVLM.boundary,
         view=_view("fouriervlm"),
-        tools=_cost_tools("fourier_vlm", ("fouriervlm_k{k}",), square=True),
+        cost=_cost_model("fourier_vlm", ("fouriervlm_k{k}",), square=True),
     )),
 )

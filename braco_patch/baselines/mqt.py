@@ -6,7 +6,7 @@ learned queries carry 2-D sin-cos positions of a ``√Q x √Q`` grid:
     out = (MHA(LN_q(q + p_q), LN_k(keys), LN_v(x))) · W_proj,     W_proj: [D, d_llm], no bias
 
 where ``x`` are the tower features ``[B, N, D]`` and the keys are, as in the release, the 2-D sin-cos
-positions of the query grid resized bicubically to the feature grid (``keys="position"``: the attention
+positions of the query grid (rounded to float16, as the release stores them) resized bicubically to the feature grid (``keys="position"``: the attention
 pattern then does not depend on the image), or ``LN_k(x + p_x)`` (``keys="features"``: content keys, the
 Qwen-VL resampler the release derives from). Queries never attend to each other, so query ``i``'s output
 does not depend on how many queries run: **the first m outputs at budget M equal the m-token output**.
@@ -80,7 +80,9 @@ class MQTAbstractor(nn.Module):
         self.nested = bool(nested)
         self.num_tokens = self.num_queries if num_tokens is None else self._check_tokens(num_tokens)
         self.query = nn.Parameter(nn.init.trunc_normal_(torch.empty(num_queries, dim), std=0.02))
-        self.register_buffer("query_pos", sincos_2d(dim, self.query_side, self.query_side).float(), persistent=False)
+        # The release keeps this table as a float16 parameter (computed in float32, then ``.half()``): rounding it
+        # the same way gives the release's query and key positions to float32 precision.
+        self.register_buffer("query_pos", sincos_2d(dim, self.query_side, self.query_side).half().float(), persistent=False)
         self.attn = CrossAttention(dim, heads)
         self.ln_q, self.ln_k, self.ln_v = (nn.LayerNorm(dim, eps=1e-6) for _ in range(3))
         self.proj = nn.Parameter(torch.randn(dim, out_dim) * out_dim**-0.5)

@@ -2,12 +2,14 @@
 
 Training-free and prompt-independent; it sits between the vision tower and the ``mlp2x_gelu`` projector.
 
-1. **Importance**: the CLS token's attention to every patch in the penultimate tower layer. The repository
-   recomputes it as one full-width head, ``softmax(q_CLS · Kᵀ / √D)`` over all ``1 + N`` tokens, patches
-   kept (:func:`single_head_cls_attention` reproduces that). With the tower's own multi-head attention
-   probabilities ``[B, heads, T, T]`` the CLS row is averaged over heads (:func:`importance_scores`).
-   **Towers without CLS** (SigLIP): the substitute is the mean attention each patch *receives*, averaged
-   over heads and query positions — the column mean of the attention matrix.
+1. **Importance**: the CLS token's attention to every patch, in the encoder layer *after* the select layer
+   (the one that reads the selected features: with ``mm_vision_select_layer -2`` on CLIP-L, the last layer,
+   index 23 of 24, whose ``q_proj``/``k_proj`` the repository hooks). The repository scores with one
+   full-width product, ``softmax(q_CLS · Kᵀ / √D)`` over all ``1 + N`` tokens, then drops the CLS column
+   (:func:`single_head_cls_attention`; ``D`` is the full width, 1024 on CLIP-L, not a head's). Per-head
+   probabilities ``[B, heads, T, T]`` are also accepted (CLS row averaged over heads, :func:`importance_scores`).
+   **Towers without CLS** (SigLIP): the substitute is the mean attention each patch *receives* in the same
+   full-width product, averaged over all query positions (:func:`single_head_attention_received`).
 2. **Selection**: adaptive (the paper) keeps the IQR outliers, scores above ``Q3 + 1.5·(Q3 − Q1)``
    (quartiles with linear interpolation, numpy's default); fixed-K (for matched budgets) keeps the top
    scores. PruMerge+ adds spatially uniform samples (below).
@@ -22,7 +24,9 @@ Budget rule. Fixed-K mode returns exactly ``K`` tokens: ``K − 1`` kept + the e
 it); PruMerge+ splits the kept ones into ``⌊kept/2⌋`` uniform samples at flattened positions
 ``⌊(i + ½)·N / n⌋`` (the repository's fixed-ratio sequence) and the top scores among the other tokens.
 Adaptive mode (``budget=None``) keeps a data-dependent count per image and returns a list of ``[K_b, D]``
-tensors; it reads the count on the host (one sync per image), so it is for evaluation, not CUDA graphs.
+tensors; it reads the count on the host (one sync per image), so it is for evaluation, not CUDA graphs. An image
+without outliers sends the extra token alone, as the release does (without the extra token: its top token; PruMerge+,
+where the release divides by zero: the uniform samples of one outlier).
 The repository pools the IQR over the whole batch; here every image has its own quartiles, so batching
 never changes an image's tokens. Adaptive PruMerge+ adds positions ``0, s, 2s, …`` with
 ``s = ⌊⌊1/ratio⌋ / 3⌋`` not already kept, as the repository does.
@@ -38,13 +42,29 @@ import torch.nn as nn
 
 from ._common import check_count, check_tokens
 
-__all__ = ["PruMerge", "importance_scores", "single_head_cls_attention", "iqr_outliers", "merge_tokens", "uniform_positions"]
+__all__ = [
+    "PruMerge", "importance_scores", "projection_scores", "single_head_attention_received", "single_head_cls_attention",
+    "iqr_outliers", "merge_tokens", "uniform_positions",
+]
 
 
 def single_head_cls_attention(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """The repository's score: ``softmax(q_0 Kᵀ / √D)[1:]`` from full-width q/k projections ``[B, 1 + N, D]`` → ``[B, N]``."""
     logits = torch.matmul(queries[:, :1].float(), keys.float().transpose(1, 2)) * queries.shape[-1] ** -0.5
     return torch.softmax(logits, dim=-1)[:, 0, 1:]
+
+
+def single_head_attention_received(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Without a CLS token: the column mean of ``softmax(Q Kᵀ / √D)``, ``[B, N, D]`` q/k → ``[B, N]`` (float32)."""
+    logits = torch.matmul(queries.float(), keys.float().transpose(1, 2)) * queries.shape[-1] ** -0.5
+    return torch.softmax(logits, dim=-1).mean(dim=1)
+
+
+def projection_scores(queries: torch.Tensor, keys: torch.Tensor, has_cls_token: bool) -> torch.Tensor:
+    """Per-patch importance ``[B, N]`` from one layer's full-width q/k projections ``[B, T, D]`` (CLS first if any)."""
+    if queries.shape != keys.shape or queries.dim() != 3:
+        raise ValueError(f"expected queries and keys of one shape [batch, tokens, dim], got {tuple(queries.shape)} and {tuple(keys.shape)}")
+    return single_head_cls_attention(queries, keys) if has_cls_token else single_head_attention_received(queries, keys)
 
 
 def importance_scores(attention: torch.Tensor, num_patches: int) -> torch.Tensor:
@@ -163,10 +183,12 @@ class PruMerge(nn.Module):
 
     def _select_adaptive(self, row: torch.Tensor) -> torch.Tensor:
         n = row.shape[0]
-        count = max(int(iqr_outliers(row.unsqueeze(0)).sum()), 1)  # host sync: the count is data-dependent
+        count = int(iqr_outliers(row.unsqueeze(0)).sum())  # host sync: the count is data-dependent
+        if count == 0 and not self.plus and not self.extra_token:
+            count = 1  # without the extra token an image would send no token at all
         idx = row.topk(count).indices
         if self.plus:
-            step = max((n // count) // 3, 1)  # int(1 / ratio) // 3 with ratio = count / N
+            step = max((n // max(count, 1)) // 3, 1)  # int(1 / ratio) // 3 with ratio = count / N
             extra = torch.arange(0, n - 1, step, device=row.device)
             idx = torch.cat([idx, extra[~torch.isin(extra, idx)]])
         return idx
@@ -176,8 +198,8 @@ class PruMerge(nn.Module):
         """Compress ``features [B, N, D]``.
 
         Args:
-            attention: ``[B, heads, T, T]`` probabilities of the select layer (``T = N + 1`` with CLS,
-                ``N`` without), or per-patch scores ``[B, N]`` (e.g. :func:`single_head_cls_attention`).
+            attention: Per-patch scores ``[B, N]`` (:func:`projection_scores`, as the model path gives them), or
+                ``[B, heads, T, T]`` probabilities (``T = N + 1`` with CLS, ``N`` without).
             keys: ``[B, T, Dk]`` key projections of the same layer (a leading CLS key is dropped).
         Returns:
             ``[B, K, D]`` (fixed-K) or a list of ``B`` tensors ``[K_b, D]`` (adaptive).

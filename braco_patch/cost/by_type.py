@@ -1,11 +1,11 @@
 """``braco cost`` tables over projector types: the paper's compressor-cost table and any registered type.
 
 - :func:`compressors_table`: ``tab:main_compressor_cost`` (K = 16 on LLaVA-1.5-7B) recomputed method by method
-  (Braco through its own config, each baseline through :func:`.baselines.baseline_module_flops`), with the
+  (Braco through its own config, each baseline through :func:`braco_patch.baselines.module_flops.baseline_module_flops`), with the
   paper's figure and our deviation at the paper's boundary;
-- :func:`types_table`: any projector type (asked of its plugin, :func:`.projectors.module_cost`): K, boundary,
+- :func:`types_table`: any projector type (asked of its plugin, :func:`llava.cost.module.module_cost`): K, boundary,
   pre- and post-projector FLOPs and the full prefill;
-- :func:`expand_types`: ``all`` → every plugin's types at the given budgets (the ``projectors_at_budget`` tool).
+- :func:`expand_types`: ``all`` → every plugin's types at the given budgets (each plugin's ``CostModel.types_at_budget``).
 """
 
 from __future__ import annotations
@@ -13,28 +13,22 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Sequence
 
+from llava.cost.flops import projector_flops
+from llava.cost.module import CostSetting, ModuleCost, module_cost, types_at_budget
+from llava.cost.pipeline import Accounting, projector_pipeline_flops
+from llava.cost.presets import PipelineSpec
+
+from ..baselines.module_flops import MODULE_FLOPS, baseline_module_flops
 from ..config import BracoConfig
 from . import paper
-from .baselines import baseline_module_flops
-from .flops import compressor_flops, projector_flops
-from .pipeline import Accounting
-from .presets import PipelineSpec
-from .projectors import CostSetting, ModuleCost, module_cost, projector_pipeline_flops, projectors_at_budget
+from .coder_flops import compressor_flops
 
-__all__ = ["cost_setting", "compressors_table", "format_compressors", "expand_types", "types_table", "format_types"]
+__all__ = ["compressors_table", "format_compressors", "expand_types", "types_table", "format_types"]
 
 logger = logging.getLogger(__name__)
 
 #: Options of the paper-setting rows that differ from our module's own count (see docs/BENCHMARKS.md).
 PAPER_VARIANTS: dict[str, dict[str, Any]] = {"prumerge": {"score_source": "full_matrix"}}
-
-
-def cost_setting(spec: PipelineSpec, *, question_tokens: int = 7, count_attention: bool = False, computation: str = "official") -> CostSetting:
-    """The :class:`CostSetting` of ``spec``'s first input."""
-    return CostSetting(
-        mm_hidden=spec.mm_hidden, lm=spec.lm_dims, grid=spec.grid(spec.inputs[0]), projector_depth=spec.projector_depth,
-        prompt_tokens=question_tokens, count_attention=count_attention, computation=computation,
-    )
 
 
 def _braco_cost(budget: int, setting: CostSetting) -> ModuleCost:
@@ -55,17 +49,20 @@ def compressors_table(setting: CostSetting, budget: int = 16) -> list[dict[str, 
     """One row per method of ``tab:main_compressor_cost`` (plus every baseline the paper's table leaves out).
 
     Each row: our pre/post FLOPs (our module's count, and, where the paper evidently counted differently, the
-    paper's accounting as a second row), the paper's GFLOPs at its boundary (K = 16 only) and the deviation.
+    paper's accounting as a second row), the paper's GFLOPs at its boundary (K = 16 only) and the deviation. A
+    method that cannot give ``budget`` on the grid gets a row ``{"method", "accounting", "left_out": reason}``.
     """
-    from ..baselines.cost import MODULE_FLOPS
-
     refs = paper.COMPRESSOR_COST_K16 if budget == 16 else {}
     methods = ["braco", *MODULE_FLOPS]
     rows = []
     for method in methods:
         variants = [("ours", {})] + ([("repository", PAPER_VARIANTS[method])] if method in PAPER_VARIANTS else [])
         for label, variant in variants:
-            cost = _method_cost(method, budget, setting, variant)
+            try:
+                cost = _method_cost(method, budget, setting, variant)
+            except ValueError as exc:  # a budget the method cannot give on this grid (QueCC/TokenPacker at 25)
+                rows.append({"method": method, "accounting": label, "left_out": str(exc)})
+                continue
             keys = [k for k in refs if k.split("@")[0] == method] or [None]
             for key in keys:
                 boundary = refs[key][0] if key else cost.boundary
@@ -89,6 +86,9 @@ def format_compressors(rows: Sequence[dict[str, Any]], setting: CostSetting, bud
         f"{'method':<12} {'accounting':<10} {'bound.':>6} {'K':>3} {'pre G':>9} {'post G':>9} {'at bound.':>9} {'paper G':>8} {'dev':>8}  note",
     ]
     for r in rows:
+        if "left_out" in r:
+            lines.append(f"{r['method']:<12} {r['accounting']:<10} left out: {r['left_out']}")
+            continue
         ref = "-" if r["paper_gflops"] is None else f"{r['paper_gflops']:.3f}"
         dev = "-" if r["deviation"] is None else f"{r['deviation']:+.2%}"
         lines.append(
@@ -102,7 +102,7 @@ def format_compressors(rows: Sequence[dict[str, Any]], setting: CostSetting, bud
 def expand_types(names: Iterable[str], budgets: Sequence[int], setting: CostSetting | None = None) -> list[str]:
     """``names`` with ``all`` replaced by every plugin's projector types at each of ``budgets``.
 
-    Plugins that refuse a budget (or offer no ``projectors_at_budget`` tool) are logged and left out; with
+    Plugins that refuse a budget (or declare no types per budget) are logged and left out; with
     ``setting``, so are the types ``all`` gives that cannot run on its grid (their ``module_flops`` refuses).
     """
     out: list[str] = []
@@ -111,7 +111,7 @@ def expand_types(names: Iterable[str], budgets: Sequence[int], setting: CostSett
             out.append(name)
             continue
         for budget in budgets:
-            for plugin, types in projectors_at_budget(budget).items():
+            for plugin, types in types_at_budget(budget).items():
                 if isinstance(types, str):
                     logger.info("budget %d: %s left out (%s)", budget, plugin, types)
                     continue
@@ -153,7 +153,7 @@ def format_types(rows: Sequence[dict[str, Any]], spec: PipelineSpec, acc: Accoun
     scale, unit = unit_for(r["post"] for r in rows)
     big, big_unit = unit_for(r["pipeline"]["total"] for r in rows)
     lines = [
-        f"(g) projector types on {spec.name} (one view): module cost asked of each type's plugin (module_flops tool)",
+        f"(g) projector types on {spec.name} (one view): module cost asked of each type's plugin (its cost model)",
         f"    full pipeline: {acc.describe()}",
         f"{'type':<24} {'K':>5} {'bound.':>6} {'pre ' + unit:>9} {'post ' + unit:>9} {'pipeline ' + big_unit:>11} {'LLM tok':>7}",
     ]

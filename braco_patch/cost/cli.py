@@ -10,10 +10,11 @@
 
 Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1), (b) the compressor per
 paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
-every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`.projectors`); with ``--measure``,
+every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`llava.cost.module`); with ``--measure``,
 (d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
 ``--table compressors`` prints (f) instead: the paper's module-cost table, method by method (:mod:`.by_type`). The defaults are the
-accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`). Also ``python -m braco_patch.cost``.
+accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`); the engine is :mod:`llava.cost`. Also
+``python -m braco_patch.cost``.
 """
 
 from __future__ import annotations
@@ -22,19 +23,24 @@ import argparse
 import dataclasses
 import json
 import logging
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from llava.devices import resolve_device, resolve_dtype
+from llava.outputs import guard_outputs, write_text
+from llava.cost.fast import FAST_MODES
+from llava.cost.flops import CONVENTION
+from llava.cost.pipeline import Accounting, cost_setting
+from llava.cost.presets import PipelineSpec, get_preset, list_presets, load_spec
+
 from ..argtypes import positive_int
 from ..config import NAME_PATTERN, PROJECTOR_PREFIX, BracoConfig
-from .fast import FAST_MODES
-from .flops import CONVENTION, check_allocation
-from .pipeline import Accounting
-from .presets import PipelineSpec, get_preset, list_presets, load_spec
-from .by_type import compressors_table, cost_setting, expand_types, format_compressors, format_types, types_table
+from .by_type import compressors_table, expand_types, format_compressors, format_types, types_table
+from .coder_flops import check_allocation
 from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table, unit_for
 
 __all__ = ["main", "run", "build_parser"]
@@ -144,7 +150,7 @@ def _checkpoint_config(args: argparse.Namespace) -> SimpleNamespace | None:
 
 def _run_compressors(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
     setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention)
-    print(f"FLOPs convention: {CONVENTION} (braco_patch/cost/flops.py)")
+    print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py)")
     tables = {}
     for budget in args.budgets:
         rows = compressors_table(setting, budget)
@@ -171,9 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.table == "compressors":
         return _run_compressors(args, _spec(args))
     if args.measure:  # refuse what this machine cannot run before printing anything
-        from .measure import resolve_device
-
-        if resolve_device(args.device).type != "cuda" and args.fast == "cudagraph":
+        if torch.device(resolve_device(args.device)).type != "cuda" and args.fast == "cudagraph":
             raise ValueError("--fast cudagraph needs --device cuda; use --fast compile or none on cpu")
     spec = _spec(args)
     _check_layer_counts(args, spec)
@@ -189,7 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "stages": stage_table(spec, inputs, allocations),
         "boundary": boundary_table(spec, inputs, allocations),
     }
-    print(f"FLOPs convention: {CONVENTION} (braco_patch/cost/flops.py)")
+    print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py)")
     print(format_pipeline(result["pipeline"], spec, inputs, acc), end="\n\n")
     print(format_stages(result["stages"]), end="\n\n")
     print(format_boundary(result["boundary"], spec))
@@ -206,12 +210,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting, acc: Accounting) -> dict[str, Any]:
-    from . import measure
-    from .measure_types import measure_pipeline_types, measure_types
+    from llava.cost.measure import MeasureOptions
+    from llava.cost.measure_types import measure_pipeline_types, measure_types
 
-    device = measure.resolve_device(args.device)
+    device = torch.device(resolve_device(args.device))
     cap = args.vision_layers if isinstance(args.vision_layers, int) else None
-    opts = measure.MeasureOptions(device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0),
+    opts = MeasureOptions(device=device, dtype=resolve_dtype(args.dtype, device), warmup=max(args.warmup, 0),
                                   iters=args.iters, batch_sizes=tuple(args.batch_sizes), llm_layers=args.layers, vision_layers=cap)
     # the measured call runs our coder, so the analytic figure next to it is our computation
     with_vanilla = list(dict.fromkeys([f"mlp{spec.projector_depth}x_gelu", *types]))
@@ -229,25 +233,27 @@ def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str
 
 
 def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]:
+    from llava.cost import measure as engine
+
     from . import measure
 
-    device = measure.resolve_device(args.device)
-    opts = measure.MeasureOptions(
-        device=device, dtype=measure.resolve_dtype(args.dtype, device), warmup=args.warmup, iters=args.iters,
+    device = torch.device(resolve_device(args.device))
+    opts = engine.MeasureOptions(
+        device=device, dtype=resolve_dtype(args.dtype, device), warmup=args.warmup, iters=args.iters,
         batch_sizes=tuple(args.batch_sizes), llm_layers=args.layers, vision_layers=vision_cap, fast=args.fast,
         compile_mode=args.compile_mode,
     )
     llm_layers = min(args.layers or spec.llm.num_hidden_layers, spec.llm.num_hidden_layers)
     vision_layers = min(vision_cap or spec.vision.num_hidden_layers, spec.vision.num_hidden_layers)
     header = {
-        "device": measure.describe_device(device), "dtype": str(opts.dtype).removeprefix("torch."), "warmup": opts.warmup,
+        "device": engine.describe_device(device), "dtype": str(opts.dtype).removeprefix("torch."), "warmup": opts.warmup,
         "iters": opts.iters, "batch_sizes": list(opts.batch_sizes), "fast": opts.fast, "torch": torch.__version__,
         "llm_layers": f"{llm_layers} of {spec.llm.num_hidden_layers}", "vision_layers": f"{vision_layers} of {spec.vision.num_hidden_layers}",
-        "note": measure.VALUES_NOTE,
+        "note": engine.VALUES_NOTE,
     }
     print(f"\nmeasured on {header['device']}, {header['dtype']}, {opts.warmup} warm-up + {opts.iters} timed calls "
           f"(median, std), fast path: {opts.fast}, torch {torch.__version__}")
-    print(f"    {measure.VALUES_NOTE}; LLM layers {header['llm_layers']}, vision layers {header['vision_layers']}")
+    print(f"    {engine.VALUES_NOTE}; LLM layers {header['llm_layers']}, vision layers {header['vision_layers']}")
     out: dict[str, Any] = {"header": header}
     if "boundary" in args.parts:
         out["boundary"] = measure.measure_boundary(spec, inputs, allocations, opts)
@@ -278,18 +284,20 @@ def _format_measured(rows: list[dict[str, Any]], title: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse ``argv``, print the tables and return the result; a user error is one sentence on stderr, exit code 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if args.json:  # before any work: an unwritable --json must not cost a long measurement
+            guard_outputs(inputs={"--config": args.config, "--vision-config": args.vision_config}, files={"--json": args.json})
         result = run(args)
+        if args.json:
+            write_text(args.json, json.dumps(result, indent=2, default=str))
+            print(f"\nwrote {args.json}")
     except ValueError as exc:
-        raise SystemExit(f"braco cost: {exc}") from None
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2, default=str))
-        print(f"\nwrote {path}")
+        print(f"braco cost: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     return result
 
 

@@ -1,10 +1,26 @@
 """The paper's published cost figures, shown next to ours by ``braco cost`` (reference data, no logic).
 
-Full-pipeline TFLOPs live on each preset (:attr:`PipelineSpec.paper`). The module-level numbers below are
-for LLaVA-1.5's compressor setting: d = 1024 channels on the 24 x 24 CLIP-L/14-336 grid.
+Full-pipeline TFLOPs are keyed by the ``llava.cost`` preset that describes the paper's setting. The module-level
+numbers are for LLaVA-1.5's compressor setting: d = 1024 channels on the 24 x 24 CLIP-L/14-336 grid.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+#: Full-pipeline prefill TFLOPs (Table 1 and ``tab:main_larger_visual_tokens``): preset → input label →
+#: ``{"vanilla": T, budget per view: T}``.
+PIPELINE_TFLOPS: dict[str, dict[str, dict[Any, float]]] = {
+    "llava-v1.5-7b": {"576": {"vanilla": 8.67, 25: 1.37, 16: 1.25, 9: 1.15, 4: 1.09}},
+    "llava-next-7b-2880": {"2880": {"vanilla": 40.57, 16: 3.45}},
+    "qwen2.5-3b-siglip": {"729": {"vanilla": 5.37, 16: 0.96}, "3645": {"vanilla": 25.91, 4: 3.50}},
+    "qwen2.5-3b-siglip2": {"1024": {"vanilla": 7.40, 16: 1.10}},
+}
+
+
+def pipeline_tflops(preset: str, input_label: str) -> dict[Any, float]:
+    """The paper's figures for one preset's input (empty for a local config or an input the paper has not)."""
+    return PIPELINE_TFLOPS.get(preset, {}).get(input_label, {})
 
 #: Setting of the module-level numbers: (channels, grid).
 MODULE_SETTING = (1024, (24, 24))

@@ -1,65 +1,25 @@
-"""Full-pipeline prefill FLOPs (paper Table 1): vision tower → compressor → projector → LLM prefill.
+"""Full-pipeline prefill FLOPs of vanilla vs Braco budgets (paper Table 1): tower → coder → projector → LLM.
 
-:class:`Accounting` states what is counted. Its defaults are the accounting that reproduces the paper's
-Table 1 FLOPs column (8.67 / 1.37 / 1.25 / 1.15 / 1.09 T) within 0.7 % for every row:
-
-- ``prompt_tokens = 52`` text tokens besides the visual tokens (the paper states "a fixed-length prompt" but
-  not its length; 52 is the fit, and :func:`prompt_range` gives every length that keeps all rows within 2 %);
-- attention-score FLOPs **not** counted (``count_attention=False``), in the tower and the LLM;
-- the **whole** vision tower (``vision_layers="all"``): an HF tower runs all its layers even though LLaVA
-  reads ``hidden_states[-2]``;
-- the LM head on **every** prompt position (``lm_head="all"``): transformers 4.37's prefill computed logits
-  for all positions;
-- the compressor as the official code computes it (full-lattice DCT and embedding).
+The accounting is :class:`llava.cost.pipeline.Accounting`; its defaults reproduce the paper's Table 1 FLOPs column
+(8.67 / 1.37 / 1.25 / 1.15 / 1.09 T) within 0.7 % for every row. The paper states "a fixed-length prompt" but not
+its length; 52 tokens is the fit, and :func:`prompt_range` gives every length that keeps all rows within 2 %.
+The compressor is counted as the official code computes it (full-lattice DCT and embedding) unless the
+accounting says ``computation="ours"``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+
+from llava.cost.flops import elementwise, llm_prefill_flops, projector_flops, total, vision_layers_run, vision_tower_flops
+from llava.cost.pipeline import Accounting
+from llava.cost.presets import InputSpec, PipelineSpec
 
 from ..config import BracoConfig
-from .flops import (
-    LMHead,
-    VisionLayers,
-    check_allocation,
-    compressor_flops,
-    elementwise,
-    llm_prefill_flops,
-    projector_flops,
-    total,
-    vision_layers_run,
-    vision_tower_flops,
-)
-from .presets import InputSpec, PipelineSpec
+from . import paper
+from .coder_flops import check_allocation, compressor_flops
 
-__all__ = ["Accounting", "PipelineCost", "pipeline_cost", "prompt_range", "allocation_label"]
-
-
-@dataclass(frozen=True)
-class Accounting:
-    """What a full-pipeline FLOPs number includes (defaults: the paper-reproducing accounting)."""
-
-    prompt_tokens: int = 52
-    count_attention: bool = False
-    lm_head: LMHead = "all"
-    vision_layers: VisionLayers = "all"
-    computation: Literal["official", "ours"] = "official"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.prompt_tokens, bool) or not isinstance(self.prompt_tokens, int) or self.prompt_tokens < 0:
-            raise ValueError(f"prompt tokens must be an integer >= 0, got {self.prompt_tokens!r}")
-
-    def describe(self) -> str:
-        return (
-            f"prompt {self.prompt_tokens} text tokens + visual tokens; attention scores "
-            f"{'counted' if self.count_attention else 'not counted'}; vision tower: "
-            f"{'every layer' if self.vision_layers == 'all' else 'layers up to the selected one'}; LM head on "
-            f"{'every position' if self.lm_head == 'all' else 'the last position'}; compressor: {self.computation} computation"
-        )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["PipelineCost", "pipeline_cost", "prompt_range", "allocation_label"]
 
 
 @dataclass(frozen=True)
@@ -133,7 +93,7 @@ def pipeline_cost(
 
 def prompt_range(spec: PipelineSpec, inp: InputSpec, acc: Accounting, rel: float = 0.02, search: int = 1000) -> tuple[int, int] | None:
     """Smallest and largest prompt length keeping every paper row of ``inp`` within ``rel`` (``None``: none does)."""
-    refs = spec.paper.get(inp.label, {})
+    refs = paper.pipeline_tflops(spec.name, inp.label)
     if not refs:
         return None
     ok = []

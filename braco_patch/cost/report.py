@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from llava.cost.flops import projector_flops, total
+from llava.cost.pipeline import Accounting
+from llava.cost.presets import InputSpec, PipelineSpec
+
 from ..config import BRACO_BUDGETS, BracoConfig
 from . import paper
-from .flops import check_allocation, compressor_flops, projector_flops, total
-from .pipeline import Accounting, pipeline_cost, prompt_range
-from .presets import InputSpec, PipelineSpec
+from .coder_flops import check_allocation, compressor_flops
+from .pipeline import pipeline_cost, prompt_range
 
 __all__ = ["unit_for", "pipeline_table", "stage_table", "boundary_table", "format_pipeline", "format_stages", "format_boundary"]
 
@@ -70,7 +73,7 @@ def pipeline_table(
     ours_acc = Accounting(**{**acc.to_dict(), "computation": "ours"})
     rows = []
     for inp in inputs:
-        refs = spec.paper.get(inp.label, {})
+        refs = paper.pipeline_tflops(spec.name, inp.label)
         for alloc in [None, *allocations]:
             cost = pipeline_cost(spec, inp, alloc, acc, llm_layers=llm_layers, vision_layers=vision_layers)
             ours = pipeline_cost(spec, inp, alloc, ours_acc, llm_layers=llm_layers, vision_layers=vision_layers)
@@ -101,7 +104,7 @@ def format_pipeline(rows: list[dict[str, Any]], spec: PipelineSpec, inputs: Iter
         )
     for inp in inputs:
         span = prompt_range(spec, inp, acc)
-        if spec.paper.get(inp.label):
+        if paper.pipeline_tflops(spec.name, inp.label):
             what = f"prompt lengths {span[0]}-{span[1]} keep" if span else "no prompt length keeps"
             lines.append(f"    input {inp.label}: {what} every paper row within 2% under this accounting")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ Cost per run, first found of:
 1. ``--cost NAME=FILE``: JSON ``{"flops": <FLOPs per image>, "latency_ms": <ms>}`` (``"tflops"`` accepted);
 2. ``cost.json`` in the run's results folder, same format;
 3. ``--checkpoint NAME=DIR``: analytic FLOPs of one image's prefill from the checkpoint's ``config.json``,
-   by the installed ``prefill_flops`` plugin tool (it asks the projector type's own plugin), with
+   by the cost engine (:mod:`llava.cost`, which asks the projector type's own plugin), with
    ``--prompt-tokens`` text tokens; no latency.
 
 Acc. is the paper's Vanilla-normalised accuracy, ``100 / |B| · Σ_b s_b / s_b^Vanilla``, over the benchmarks the
@@ -146,15 +146,12 @@ def read_cost(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
-    """Analytic prefill FLOPs of a checkpoint by the installed ``prefill_flops`` plugin tool."""
-    from llava.model.multimodal_projector.plugins import find_tool
+    """Analytic prefill FLOPs of a checkpoint (:func:`llava.cost.pipeline.checkpoint_prefill_flops`)."""
+    from llava.cost.pipeline import checkpoint_prefill_flops
 
-    tool = find_tool("prefill_flops")
-    if tool is None:
-        raise ValueError("no installed compressor plugin offers a 'prefill_flops' tool; give the cost with --cost NAME=FILE instead")
     if not (Path(checkpoint) / "config.json").is_file():
         raise ValueError(f"checkpoint {os.fspath(checkpoint)!r} has no config.json")
-    flops = tool(checkpoint, prompt_tokens)
+    flops = checkpoint_prefill_flops(checkpoint, prompt_tokens)
     return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", "")}
 
 

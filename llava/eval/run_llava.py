@@ -18,6 +18,7 @@ from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_
 from llava.conversation import conv_templates, resolve_conv_mode
 from llava.generation import GenerationConfig, default_device
 from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, load_image, tokenizer_image_token
+from llava.model.compressor_text import question_kwargs
 from llava.utils import cli_main, setup_logging
 
 
@@ -81,6 +82,7 @@ def eval_model(args: Any) -> str:
         images=pixels,
         image_sizes=image_sizes,
         pad_token_id=pad_token_id,
+        **question_kwargs(model, tokenizer, [prompt], conv),
         **GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")}).generate_kwargs(),
     )
     answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()

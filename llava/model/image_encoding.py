@@ -1,10 +1,12 @@
 """Image encoding: vision tower → projector, and what a compressor plugin gets besides the select layer.
 
 :func:`encode_images` is the body of :meth:`llava.model.llava_arch.LlavaMetaForCausalLM.encode_images`: upstream's
-``projector(tower(images))``, or, for a plugin whose :class:`ModelNeeds` asks for more (other tower layers, the
-tower's attention, the prompt), ``projector(features, inputs)`` with a :class:`CompressorInputs`
-(:mod:`llava.model.multimodal_projector.plugins`). :func:`encode_views` runs it over images of several views
-(AnyRes) and hands each image's views to :func:`llava.model.patch_merge.merge_views`.
+``projector(tower(images))``, or, for a plugin whose :class:`ModelNeeds` asks for more (other tower layers, one
+layer's attention, the question or the prompt), ``projector(features, inputs)`` with a :class:`CompressorInputs`
+(:mod:`llava.model.multimodal_projector.plugins`). The needs were resolved when the projector was built and are
+read from it (:func:`~llava.model.multimodal_projector.plugins.projector_needs`); the text arrives as an argument
+(:data:`TextPerImage`). :func:`encode_views` runs it over images of several views (AnyRes) and hands each
+image's views to :func:`llava.model.patch_merge.merge_views`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .multimodal_projector.plugins import CompressorInputs, ModelNeeds, needs_for_config
+from .multimodal_projector.plugins import CompressorInputs, ModelNeeds, projector_needs
 
-#: Per image, the embedded prompt ``[L_i, hidden]`` and its ids ``[L_i]`` (see ``CompressorInputs.prompt``).
-PromptPerImage = tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
+#: Per image, the embedded text a compressor asked for ``[L_i, hidden]`` and its ids ``[L_i]`` (see
+#: ``CompressorInputs.prompt``): ``(embeds per image, ids per image)``.
+TextPerImage = tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]
 
 
 def to_projector(tensor: torch.Tensor, projector: nn.Module) -> torch.Tensor:
@@ -27,14 +30,49 @@ def to_projector(tensor: torch.Tensor, projector: nn.Module) -> torch.Tensor:
     return tensor if weight is None else tensor.to(device=weight.device, dtype=weight.dtype)
 
 
-def attention_layer_for(select_layer: int, num_layers: int) -> int:
-    """The encoder layer whose attention goes with ``hidden_states[select_layer]`` (1-based, as ``tower.encode``).
+def attention_layer_for(select_layer: int, num_layers: int, offset: int = 0, projector_type: str | None = None) -> int:
+    """The encoder layer (1-based, as ``tower.encode``'s ``attention_layer``) ``offset`` layers after the one that
+    produced ``hidden_states[select_layer]``.
 
-    That is the layer that produced those features (``-2`` on a 24-layer tower: layer 23). The embedding output
-    (index 0, e.g. ``-2`` on a one-layer tower) has no attention of its own; the first layer, which attends over
-    exactly those tokens, stands in for it.
+    ``offset`` 0 is the layer that produced those features (``-2`` on a 24-layer tower: layer 23); ``offset`` 1
+    is the next layer, whose input they are (``-2`` on 24 layers: layer 24, the last; a one-layer tower's ``-2``,
+    the embedding output: layer 1). See :attr:`ModelNeeds.attention`.
+
+    Raises:
+        ValueError: If that layer does not exist (the embedding output was produced by no layer; the last layer
+            has no next one), naming ``mm_vision_select_layer`` and what to choose instead.
     """
-    return select_layer % (num_layers + 1) or 1
+    position = select_layer % (num_layers + 1)  # 0 = the embedding output, L = the last layer's output
+    layer = position + offset
+    if 1 <= layer <= num_layers:
+        return layer
+    who = f"mm_projector_type {projector_type!r}" if projector_type else "the projector"
+    if offset > 0:
+        raise ValueError(
+            f"{who} reads the attention of the encoder layer {offset} after mm_vision_select_layer {select_layer}, "
+            f"which the {num_layers}-layer vision tower does not have; select an earlier layer "
+            f"(at most {num_layers - offset} or {-(offset + 1)}), e.g. LLaVA's -2"
+        )
+    raise ValueError(
+        f"{who} reads the attention of the encoder layer that produced mm_vision_select_layer {select_layer}, but "
+        f"that is the embedding output, which no layer produced; select an encoder layer (1..{num_layers} or "
+        f"-1..-{num_layers})"
+    )
+
+
+def check_needs(tower: Any, config: Any, needs: ModelNeeds) -> None:
+    """Refuse, with one sentence, a tower that cannot give what ``needs`` asks for (checked when the model is built).
+
+    Raises:
+        ValueError: For a non-square grid where ``needs.square_grid``, or an attention layer the tower lacks.
+    """
+    if needs.square_grid:
+        check_square_grid(tower, config)
+    if needs.attention is not None:
+        attention_layer_for(
+            int(getattr(config, "mm_vision_select_layer", -2)), int(tower.config.num_hidden_layers), needs.attention,
+            getattr(config, "mm_projector_type", None),
+        )
 
 
 def grid_shape(tower: Any) -> tuple[int, int]:
@@ -62,29 +100,30 @@ def encode_images(
     images: torch.Tensor,
     config: Any,
     *,
-    prompt: PromptPerImage | None = None,
+    text: TextPerImage | None = None,
     run_language_model: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor | list[torch.Tensor]:
     """Vision tower, then projector, called the way the projector's plugin declared (see the module docstring).
 
     Args:
         tower: The vision tower.
-        projector: The model's ``mm_projector``.
+        projector: The model's ``mm_projector`` (built by ``build_vision_projector``, which kept its needs on it).
         images: ``[N, 3, H, W]`` pixels.
         config: The model config (``mm_projector_type``, ``mm_vision_select_layer``).
-        prompt: Each image's prompt, for a plugin that needs it; ``None`` when the images come without one.
+        text: Each image's text (the question or the prompt, as the plugin asked), for a plugin that reads text;
+            ``None`` when the images come without one.
         run_language_model: ``[B, L, hidden]`` embeddings → the LLM's last hidden states, for such plugins.
 
     Returns:
         ``[N, K, hidden_size]``, or a list of N ``[K_i, hidden_size]`` for a projector whose count depends on the
         image.
     """
-    needs = needs_for_config(config)
+    needs = projector_needs(projector)
     if needs.square_grid:
         check_square_grid(tower, config)
     if not needs.extra:
         return projector(to_projector(tower(images), projector))
-    inputs = compressor_inputs(tower, projector, images, needs, config, prompt, run_language_model)
+    inputs = compressor_inputs(tower, projector, images, needs, config, text, run_language_model)
     return projector(inputs.features, inputs)
 
 
@@ -94,40 +133,46 @@ def compressor_inputs(
     images: torch.Tensor,
     needs: ModelNeeds,
     config: Any,
-    prompt: PromptPerImage | None,
+    text: TextPerImage | None,
     run_language_model: Callable[[torch.Tensor], torch.Tensor] | None,
 ) -> CompressorInputs:
     """Ask the tower for what ``needs`` lists and package it, cast once to the projector's dtype/device.
 
     Raises:
-        ValueError: If the tower cannot give other layers or attention, or ``prompt`` does not hold one entry
+        ValueError: If the tower cannot give other layers or attention, or ``text`` does not hold one entry
             per image.
     """
     inputs = CompressorInputs(
         features=images, grid_shape=grid_shape(tower), has_cls_token=bool(getattr(tower, "has_cls_token", True))
     )
-    if needs.tower_layers or needs.attention:
+    if needs.tower_layers or needs.attention is not None:
         if not callable(getattr(tower, "encode", None)):
             raise ValueError(
                 f"mm_projector_type {config.mm_projector_type!r} needs the vision tower's other layers or "
                 f"attention, which {type(tower).__name__} does not provide (it has no encode method)"
             )
-        select_layer = getattr(config, "mm_vision_select_layer", -2)
-        attention_layer = attention_layer_for(select_layer, tower.config.num_hidden_layers) if needs.attention else None
+        attention_layer = None
+        if needs.attention is not None:
+            attention_layer = attention_layer_for(
+                int(getattr(config, "mm_vision_select_layer", -2)), int(tower.config.num_hidden_layers),
+                needs.attention, getattr(config, "mm_projector_type", None),
+            )
         out = tower.encode(images, layers=tuple(needs.tower_layers), attention_layer=attention_layer)
         inputs.features = to_projector(out.features, projector)
         inputs.layers = {index: to_projector(value, projector) for index, value in (out.layers or {}).items()}
         inputs.attention = None if out.attention is None else to_projector(out.attention, projector)
         inputs.keys = None if out.keys is None else to_projector(out.keys, projector)
-    else:  # only the prompt: the tower call of upstream
+        queries = getattr(out, "queries", None)
+        inputs.queries = None if queries is None else to_projector(queries, projector)
+    else:  # only text: the tower call of upstream
         inputs.features = to_projector(tower(images), projector)
-    if needs.prompt:
-        if prompt is not None:
-            embeds, ids = prompt
+    if needs.text is not None:
+        if text is not None:
+            embeds, ids = text
             if len(embeds) != images.shape[0]:
                 raise ValueError(
-                    f"a prompt-conditioned projector needs one view per image: got {images.shape[0]} views for "
-                    f"{len(embeds)} prompts; use image_aspect_ratio 'pad' or 'square'"
+                    f"a text-conditioned projector needs one view per image: got {images.shape[0]} views for "
+                    f"{len(embeds)} texts; use image_aspect_ratio 'pad' or 'square'"
                 )
             inputs.prompt, inputs.prompt_ids = list(embeds), list(ids)
         inputs.run_language_model = run_language_model
@@ -183,6 +228,6 @@ def split_views(encoded: torch.Tensor | list[torch.Tensor], counts: Sequence[int
 
 
 __all__ = [
-    "PromptPerImage", "attention_layer_for", "check_square_grid", "compressor_inputs", "encode_images", "encode_views",
-    "grid_shape", "split_views", "stack_views", "to_projector",
+    "TextPerImage", "attention_layer_for", "check_needs", "check_square_grid", "compressor_inputs", "encode_images",
+    "encode_views", "grid_shape", "split_views", "stack_views", "to_projector",
 ]

@@ -11,6 +11,7 @@ The mixins keep upstream's public names and delegate the work to focused modules
 - :mod:`llava.model.weights_io`: weight files and the projector's state dict (``load_weights_file``,
   ``projector_state_dict``, ``load_projector_weights``);
 - :mod:`llava.model.image_encoding`: tower → projector and a compressor plugin's inputs (``attention_layer_for``);
+- :mod:`llava.model.compressor_text`: the question or prompt a text-reading compressor gets (``question_ids``);
 - :mod:`llava.model.patch_merge`: ``mm_patch_merge_type``, AnyRes stitching, ``unpad_image``, ``image_newline``;
 - :mod:`llava.model.splice`: input ids with markers + visual tokens → ``inputs_embeds``, labels, mask, positions;
 - :mod:`llava.model.vision_token_setup`: ``<im_patch>`` / ``<im_start>`` / ``<im_end>`` tokens.
@@ -34,12 +35,13 @@ from transformers import initialization as hf_init
 from llava.constants import IMAGE_TOKEN_INDEX
 
 from . import image_encoding, patch_merge, splice
+from .compressor_text import QuestionIds, text_per_image
 from .greedy import greedy_decode, greedy_plan
-from .image_encoding import attention_layer_for, encode_views, grid_shape
+from .image_encoding import TextPerImage, attention_layer_for, check_needs, encode_views, grid_shape
 from .multimodal_encoder.builder import build_vision_tower
 from .multimodal_encoder.clip_encoder import CLIPVisionTower
 from .multimodal_projector.builder import build_vision_projector
-from .multimodal_projector.plugins import needs_for_config, plugin_for, settings_in
+from .multimodal_projector.plugins import plugin_for, projector_needs, settings_in
 from .patch_merge import MergeLayout, new_image_newline, unpad_image, uses_unpad
 from .splice import PADDING_SIDES
 from .vision_token_setup import add_vision_tokens
@@ -80,6 +82,7 @@ class LlavaMetaModel:
         if getattr(config, "mm_vision_tower", None):
             self.vision_tower = build_vision_tower(config, delay_load=True)
             self.mm_projector = build_vision_projector(config)
+            check_needs(self.vision_tower, config, projector_needs(self.mm_projector))
             if uses_unpad(config):
                 self.image_newline = new_image_newline(config.hidden_size)
 
@@ -127,6 +130,7 @@ class LlavaMetaModel:
 
         if getattr(self, "mm_projector", None) is None:
             self.mm_projector = build_vision_projector(config)
+            check_needs(vision_tower, config, projector_needs(self.mm_projector))
             if uses_unpad(config):
                 self.image_newline = new_image_newline(config.hidden_size)
         else:
@@ -217,6 +221,7 @@ class LlavaMetaForCausalLM(ABC):
         images: ImageInput | None = None,
         image_sizes: Sequence[Sequence[int]] | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        question_ids: QuestionIds | None = None,
         **kwargs: Any,
     ) -> Any:
         """The plain LLM's forward on text with the images spliced in.
@@ -227,6 +232,8 @@ class LlavaMetaForCausalLM(ABC):
             images: ``[N, 3, H, W]`` (or a list / 5-D tensor of views, see ``image_features``), one per marker.
             image_sizes: ``(width, height)`` per image (anyres).
             labels: ``[B, L]``; image positions get ``IGNORE_INDEX`` in the spliced labels.
+            question_ids: Per sample, its question's token ids, for a compressor that reads the question
+                (:func:`llava.model.compressor_text.question_ids`); ignored otherwise.
             Other arguments: as the plain causal LM's ``forward``.
 
         Returns:
@@ -235,7 +242,8 @@ class LlavaMetaForCausalLM(ABC):
         if inputs_embeds is None:
             (input_ids, position_ids, attention_mask, past_key_values, inputs_embeds, labels) = (
                 self.prepare_inputs_labels_for_multimodal(
-                    input_ids, position_ids, attention_mask, past_key_values, labels, images, image_sizes
+                    input_ids, position_ids, attention_mask, past_key_values, labels, images, image_sizes,
+                    question_ids=question_ids,
                 )
             )
         return super().forward(
@@ -256,6 +264,7 @@ class LlavaMetaForCausalLM(ABC):
         inputs: torch.LongTensor | None = None,
         images: ImageInput | None = None,
         image_sizes: Sequence[Sequence[int]] | None = None,
+        question_ids: QuestionIds | None = None,
         **kwargs: Any,
     ) -> torch.LongTensor:
         """Generate from prompts with images; returns only the new tokens, ``[B, new_tokens]``.
@@ -272,6 +281,8 @@ class LlavaMetaForCausalLM(ABC):
                 come with ``attention_mask``.
             images: One image per marker, in batch order (see ``forward``).
             image_sizes: ``(width, height)`` per image.
+            question_ids: Per prompt, its question's token ids, for a compressor that reads the question
+                (``**llava.model.compressor_text.question_kwargs(model, tokenizer, prompts, conv_mode)``).
             **kwargs: transformers generation options (``attention_mask``, ``max_new_tokens``,
                 ``do_sample``, ``streamer``, ...). ``inputs_embeds`` is not accepted.
         """
@@ -284,7 +295,8 @@ class LlavaMetaForCausalLM(ABC):
         attention_mask = kwargs.pop("attention_mask", None)
         if images is not None:
             _, position_ids, attention_mask, _, inputs_embeds, _ = self.prepare_inputs_labels_for_multimodal(
-                inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left"
+                inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left",
+                question_ids=question_ids,
             )
         else:
             splice.check_no_image_markers(inputs)
@@ -324,20 +336,19 @@ class LlavaMetaForCausalLM(ABC):
 
     # ------------------------------------------------------------------------------------------ images
 
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+    def encode_images(self, images: torch.Tensor, text: TextPerImage | None = None) -> torch.Tensor:
         """Vision tower, then projector, calling the projector the one documented way.
 
         When the projector's compressor plugin needs nothing beyond the select layer (built-ins, or
-        :attr:`ModelNeeds.extra` false) this is upstream's ``projector(tower(images))``. Otherwise the tower
-        is asked for what the plugin declared (``tower.encode(images, layers=..., attention_layer=...)`` when it
-        needs other layers or the attention, ``tower(images)`` otherwise), and
-        the projector is called as ``projector(features, inputs)`` with a :class:`CompressorInputs`
-        (see :mod:`llava.model.multimodal_projector.plugins`). The prompt, for plugins that need it, is the one
-        :meth:`prepare_inputs_labels_for_multimodal` sets for these images (``None`` when this is called on its
-        own). The work is :func:`llava.model.image_encoding.encode_images`.
+        :attr:`ModelNeeds.extra` false) this is upstream's ``projector(tower(images))``; otherwise
+        ``projector(features, inputs)`` with a :class:`CompressorInputs` holding what the plugin declared (resolved
+        when the projector was built). The work is :func:`llava.model.image_encoding.encode_images`.
 
         Args:
             images: ``[N, 3, H, W]`` pixels.
+            text: For a compressor that reads text, each image's text ``(embeds [L_i, hidden], ids [L_i])``, as
+                :meth:`prepare_inputs_labels_for_multimodal` passes it (:mod:`llava.model.compressor_text`);
+                ``None`` when the images come without text (e.g. the demo's token count).
 
         Returns:
             ``[N, K, hidden_size]``; K is the projector's output count (576 for mlp2x_gelu on CLIP-L/336, the
@@ -345,19 +356,21 @@ class LlavaMetaForCausalLM(ABC):
             on the image.
 
         Raises:
-            ValueError: If the plugin needs a square grid and the tower's is not, or the prompts set for these
-                images do not match them one to one.
+            ValueError: If the plugin needs a square grid and the tower's is not, or ``text`` does not match the
+                images one to one.
         """
         return image_encoding.encode_images(
             self.get_vision_tower(), self.get_model().mm_projector, images, self.config,
-            prompt=getattr(self, "_compressor_prompt", None), run_language_model=self._run_language_model,
+            text=text, run_language_model=self._run_language_model,
         )
 
     def _run_language_model(self, embeds: torch.Tensor) -> torch.Tensor:
         """The LLM's last hidden states ``[B, L, hidden]`` for ``[B, L, hidden]`` input embeddings (no cache)."""
         return self.get_model()(inputs_embeds=embeds, use_cache=False).last_hidden_state
 
-    def image_features(self, images: ImageInput, image_sizes: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
+    def image_features(
+        self, images: ImageInput, image_sizes: Sequence[Sequence[int]] | None = None, *, text: TextPerImage | None = None
+    ) -> list[torch.Tensor]:
         """Projected visual tokens for each image.
 
         Args:
@@ -365,13 +378,14 @@ class LlavaMetaForCausalLM(ABC):
                 tensors (V views per image, e.g. anyres), merged per ``config.mm_patch_merge_type``
                 (:func:`llava.model.patch_merge.merge_views`).
             image_sizes: ``(width, height)`` per image; needed for anyres ``spatial`` merging.
+            text: Each image's text for a compressor that reads it (see :meth:`encode_images`).
 
         Returns:
             N tensors ``[K_i, hidden_size]``.
         """
         if isinstance(images, torch.Tensor) and images.ndim == 4:
-            return list(self.encode_images(images))
-        encoded = encode_views(images, self.encode_images)
+            return list(self.encode_images(images, text))
+        encoded = encode_views(images, lambda views: self.encode_images(views, text))
         merge = getattr(self.config, "mm_patch_merge_type", None) or "flat"
         return patch_merge.merge_views(encoded, image_sizes, merge, None if merge == "flat" else self._merge_layout())
 
@@ -399,6 +413,7 @@ class LlavaMetaForCausalLM(ABC):
         image_sizes: Sequence[Sequence[int]] | None = None,
         *,
         padding_side: str | None = None,
+        question_ids: QuestionIds | None = None,
     ) -> tuple[None, torch.LongTensor | None, torch.Tensor | None, Any, torch.Tensor | None, torch.LongTensor | None]:
         """Replace every ``IMAGE_TOKEN_INDEX`` in ``input_ids`` with that image's K visual tokens.
 
@@ -418,6 +433,9 @@ class LlavaMetaForCausalLM(ABC):
             images: See :meth:`image_features`; one image per marker, in batch order.
             image_sizes: ``(width, height)`` per image (anyres only).
             padding_side: ``"left"`` or ``"right"``; overrides the config (``generate`` uses left).
+            question_ids: Per sample, its question's token ids, for a compressor that reads the question; the
+                text a compressor reads goes to :meth:`image_features` as an argument
+                (:func:`llava.model.compressor_text.text_per_image`).
 
         Returns:
             ``(None, position_ids, attention_mask, past_key_values, inputs_embeds, labels)`` with
@@ -444,13 +462,11 @@ class LlavaMetaForCausalLM(ABC):
         taken = splice.images_per_sample(markers, num_images)
 
         embed_tokens = self.get_model().embed_tokens
-        if needs_for_config(self.config).prompt:
-            # encode_images reads it: a prompt-conditioned compressor sees each image's own prompt.
-            self._compressor_prompt = splice.prompts_per_image(id_rows, label_rows, taken, embed_tokens)
-        try:
-            features = self.image_features(images, image_sizes)
-        finally:
-            self._compressor_prompt = None
+        text = text_per_image(
+            projector_needs(self.get_model().mm_projector).text, id_rows, label_rows, taken, embed_tokens, question_ids,
+            getattr(self.config, "mm_projector_type", None),
+        )
+        features = self.image_features(images, image_sizes, text=text)
         sequences, sequence_labels = splice.splice_batch(id_rows, label_rows, features, markers, taken, embed_tokens)
 
         max_length = getattr(self.config, "tokenizer_model_max_length", None)

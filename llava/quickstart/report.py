@@ -2,8 +2,8 @@
 
 Accuracy is exact match after normalisation (lower case, surrounding whitespace and a trailing full stop
 removed). Chance is the accuracy of guessing uniformly among a question type's possible answers, averaged
-over the held-out questions. Prefill FLOPs are analytic (the ``prefill_flops`` tool an installed compressor plugin offers,
-see :func:`llava.model.multimodal_projector.plugins.find_tool`) for one image and the mean
+over the held-out questions. Prefill FLOPs are analytic (the cost engine, :mod:`llava.cost`, asking each compressor's plugin for its module's
+count) for one image and the mean
 held-out prompt; the accounting is printed with the table.
 """
 
@@ -67,23 +67,17 @@ def score_answers(answers_file: str | os.PathLike[str], gold_file: str | os.Path
 
 
 def prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
-    """Analytic FLOPs of one image's prefill through a saved checkpoint, by the installed ``prefill_flops`` tool.
+    """Analytic FLOPs of one image's prefill through a saved checkpoint (:func:`llava.cost.pipeline.checkpoint_prefill_flops`).
 
-    Counted (by the tool): the whole vision tower, the projector (compressor included), and the LLM over the
-    visual tokens plus ``prompt_tokens`` text tokens.
+    Counted: the whole vision tower, the projector (compressor included, by its plugin's cost model), and the LLM
+    over the visual tokens plus ``prompt_tokens`` text tokens.
 
     Returns:
         ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "accounting"}``.
-
-    Raises:
-        RuntimeError: If no installed plugin offers the tool.
     """
-    from llava.model.multimodal_projector.plugins import find_tool
+    from llava.cost.pipeline import checkpoint_prefill_flops
 
-    tool = find_tool("prefill_flops")
-    if tool is None:
-        raise RuntimeError("no installed compressor plugin offers a 'prefill_flops' tool; install the package with its plugins (pip install -e .)")
-    return tool(checkpoint_dir, prompt_tokens)
+    return checkpoint_prefill_flops(checkpoint_dir, prompt_tokens)
 
 
 @dataclass

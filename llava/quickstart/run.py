@@ -58,9 +58,9 @@ def expand_projectors(names: Sequence[str], budget: int) -> tuple[tuple[str, ...
 
     Returns:
         ``(projector types, notes on plugins left out)``; a plugin is left out when it refuses the budget or
-        offers no ``projectors_at_budget`` tool.
+        declares no types per budget (its ``CostModel.types_at_budget``).
     """
-    from llava.model.multimodal_projector.budgets import projectors_at_budget
+    from llava.cost.module import types_at_budget
 
     out: list[str] = []
     notes: list[str] = []
@@ -69,7 +69,7 @@ def expand_projectors(names: Sequence[str], budget: int) -> tuple[tuple[str, ...
             out.append(name)
             continue
         out.append(VANILLA_PROJECTOR)
-        for plugin, types in projectors_at_budget(budget).items():
+        for plugin, types in types_at_budget(budget).items():
             if isinstance(types, str):
                 notes.append(f"{plugin} at budget {budget}: {types}")
             else:

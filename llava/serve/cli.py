@@ -16,6 +16,7 @@ from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
 from llava.generation import default_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token
+from llava.model.compressor_text import question_kwargs
 from llava.utils import cli_main, setup_logging
 
 from .generation import prepare_pixels, stream_answer
@@ -65,6 +66,7 @@ def run_chat(args: argparse.Namespace) -> None:
         for answer in stream_answer(
             model, tokenizer, input_ids, images=pixels, image_sizes=image_sizes, temperature=args.temperature,
             max_new_tokens=args.max_new_tokens, stop=stop_string(conv),
+            **question_kwargs(model, tokenizer, [prompt], conv),
         ):
             if answer.startswith(printed):  # the last value may revise earlier text; the terminal keeps it
                 print(answer[len(printed):], end="", flush=True)

@@ -19,7 +19,9 @@ import torch
 from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+from llava.conversation import template_for_model
 from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token
+from llava.model.compressor_text import question_kwargs
 
 from .generation import prepare_pixels, stream_answer
 from .images import ImageLimits, decode_base64_image
@@ -199,9 +201,10 @@ class ModelEngine:
                 "clear the history and start a new conversation"
             )
         pixels, sizes = prepare_pixels(images, self.image_processor, self.model) if images else (None, None)
+        questions = question_kwargs(self.model, self.tokenizer, [prompt], template_for_model(self.model_name)) if images else {}
         answers = stream_answer(
             self.model, self.tokenizer, input_ids, images=pixels, image_sizes=sizes, temperature=request.temperature,
-            top_p=request.top_p, max_new_tokens=max_new_tokens, stop=request.stop,
+            top_p=request.top_p, max_new_tokens=max_new_tokens, stop=request.stop, **questions,
         )
         pending, sent, answer = 0, None, ""
         for answer in answers:

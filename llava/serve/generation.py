@@ -118,6 +118,7 @@ def stream_answer(
     top_p: float | None = None,
     max_new_tokens: int = 512,
     stop: str | None = None,
+    question_ids: Sequence[torch.Tensor] | None = None,
 ) -> Iterator[str]:
     """Generate an answer and yield it, growing, as it is decoded.
 
@@ -130,6 +131,8 @@ def stream_answer(
         top_p: Nucleus sampling mass, used only when sampling.
         max_new_tokens: Upper bound on generated tokens.
         stop: Text that ends the answer; it and anything after it are dropped.
+        question_ids: The prompt's question ids, for a compressor that reads the question
+            (:func:`llava.model.compressor_text.question_kwargs`).
 
     Yields:
         The answer so far, after every token that settles more of it; the last value is always the exact
@@ -151,6 +154,7 @@ def stream_answer(
         streamer=streamer,
         stopping_criteria=criteria,
         pad_token_id=pad_token_id,
+        **({} if question_ids is None else {"question_ids": question_ids}),
         **GenerationConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens).generate_kwargs(),
     )
     failure: list[BaseException] = []

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX
 from llava.conversation import Conversation
 from llava.mm_utils import ImageUnreadable, open_image, process_images
+from llava.model.compressor_text import question_ids
 
 from .data_mixture import read_data_path
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
@@ -222,6 +223,8 @@ class LazySupervisedDataset(Dataset):
         mm_use_im_start_end: Wrap ``<image>`` in start/end tokens.
         skip_bad_images: ``--skip_bad_samples``: a sample whose image cannot be decoded is replaced by the next
             usable one and counted (:attr:`skipped_images`) instead of stopping the run.
+        questions: Add ``"question_ids"`` (``[L]``): the question of the sample's first human turn, for a
+            compressor that reads it (:func:`llava.model.compressor_text.question_ids`, as QueCC's release trains).
     """
 
     #: Slots of the shared skip counter: the main process and up to this many - 1 dataloader workers.
@@ -239,8 +242,10 @@ class LazySupervisedDataset(Dataset):
         image_grid_pinpoints: Any = None,
         mm_use_im_start_end: bool = False,
         skip_bad_images: bool = False,
+        questions: bool = False,
     ) -> None:
         self.records = list(records)
+        self.questions = questions
         self.skip_bad_images = skip_bad_images
         # Shared memory, one slot per worker: dataloader workers are other processes, and each adds to its own
         # slot so that no count is lost to a race; the main process reads the sum.
@@ -300,6 +305,8 @@ class LazySupervisedDataset(Dataset):
             sample = preprocess(turns, self.tokenizer, self.conv)
         except ValueError as error:
             raise ValueError(f"{_describe(index, record)}: {error}") from None
+        if self.questions:
+            sample["question_ids"] = question_ids([render(turns, self.conv).text], self.tokenizer, self.conv)[0]
         path = image_path(record, self.image_folder) if self.multimodal else None
         if path is not None:
             sample["image"], sample["image_size"] = self.load_image(path, index, record)
@@ -351,6 +358,8 @@ class DataCollatorForSupervisedDataset:
             labels[row, :length] = item["labels"][:length]
             attention_mask[row, :length] = True
         batch: dict[str, Any] = {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+        if all("question_ids" in item for item in instances):
+            batch["question_ids"] = [item["question_ids"] for item in instances]
         real = [item for item in instances if "image" in item]
         if real:
             # A stand-in copies the first image's shape and size, so that it merges (and is dropped) like a real one.

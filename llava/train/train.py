@@ -45,6 +45,7 @@ from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path
+from llava.model.compressor_text import text_need
 from llava.outputs import MARKER, check_output_folder, check_outputs, is_ours, write_text
 from llava.train.arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
 from llava.train.data_mixture import source_files
@@ -170,10 +171,12 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     logger.info("training %s for %d optimizer steps; callbacks: %s", model_args.model_name_or_path, total_steps,
                 ", ".join(type(callback).__name__ for callback in callbacks) or "none")
 
-    # What upstream's train() sets on data_args before building the data module.
+    # What upstream's train() sets on data_args before building the data module (and whether the compressor
+    # reads each sample's question).
     data_view = SimpleNamespace(**{
         **vars(data_args), "image_processor": image_processor, "mm_use_im_start_end": model_args.mm_use_im_start_end,
         "image_grid_pinpoints": getattr(llava_config(model), "image_grid_pinpoints", None),
+        "questions": text_need(model) == "question",
     })
     data_module = make_supervised_data_module(tokenizer, data_view, conv=conv, records=records)
     dataset = data_module["train_dataset"]

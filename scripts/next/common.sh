@@ -3,7 +3,7 @@
 #
 # A recipe sets, before sourcing this file:
 #   RECIPE       name used in the output folders
-#   PRESET INPUT the `braco cost` preset and input (token count) this row is (braco_patch/cost/presets.py)
+#   PRESET INPUT the `braco cost` preset and input (token count) this row is (llava/cost/presets.py)
 #   MODEL CONV   the LLM and its stage-2 conversation template (v1 for Vicuna, qwen_1_5 for Qwen2.5)
 #   VISION_TOWER the tower (hub name or folder)
 #   PINPOINTS    AnyRes canvases as [width, height] pairs ("" for one view per image)

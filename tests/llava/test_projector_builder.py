@@ -1,5 +1,6 @@
 """The projector registry and the Braco plugin seen through build_vision_projector."""
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -45,10 +46,11 @@ def _inputs(config, features: torch.Tensor) -> tuple:
     batch, tokens, dim = features.shape
     inputs = CompressorInputs(features=features, grid_shape=(6, 6), has_cls_token=True)
     inputs.layers = {index: torch.randn(batch, tokens, dim) for index in needs.tower_layers}
-    if needs.attention:
+    if needs.attention is not None:
         inputs.attention = torch.softmax(torch.randn(batch, 2, tokens + 1, tokens + 1), dim=-1)
+        inputs.queries = torch.randn(batch, tokens + 1, dim)
         inputs.keys = torch.randn(batch, tokens + 1, dim)
-    if needs.prompt:
+    if needs.text is not None:
         inputs.prompt = [torch.randn(5, config.hidden_size) for _ in range(batch)]
         inputs.run_language_model = lambda embeds: embeds.tanh()
     return features, inputs
@@ -157,12 +159,56 @@ def test_installed_plugins_register_through_their_entry_points():
     assert names >= {"braco", "prumerge", "divprune", "mqt", "quecc", "tokenpacker", "fouriervlm"}
 
 
-@pytest.mark.parametrize("select_layer, num_layers, expected", [
-    (-2, 24, 23),  # LLaVA-1.5: the penultimate layer's output comes with the penultimate layer's attention
-    (-1, 24, 24), (5, 24, 5), (-2, 1, 1),  # a one-layer tower's -2 is the embedding output: the first layer reads it
-    (0, 4, 1), (-5, 4, 1),
+@pytest.mark.parametrize("select_layer, num_layers, offset, expected", [
+    (-2, 24, 0, 23),  # the layer that produced LLaVA-1.5's features (hidden_states[23])
+    (-2, 24, 1, 24),  # the next one, which reads them: PruMerge's encoder.layers[23], the last of CLIP-L's 24
+    (5, 24, 0, 5), (5, 24, 1, 6), (-1, 24, 0, 24),
+    (-2, 1, 1, 1),  # a one-layer tower's -2 is the embedding output: the first layer reads it
+    (0, 4, 1, 1), (-5, 4, 1, 1),
 ])
-def test_attention_goes_with_the_layer_that_made_the_features(select_layer, num_layers, expected):
+def test_attention_layer_is_relative_to_the_select_layer(select_layer, num_layers, offset, expected):
     from llava.model.image_encoding import attention_layer_for
 
-    assert attention_layer_for(select_layer, num_layers) == expected
+    assert attention_layer_for(select_layer, num_layers, offset) == expected
+
+
+@pytest.mark.parametrize("select_layer, num_layers, offset, words", [
+    (-1, 24, 1, "select an earlier layer (at most 23 or -2)"),  # the last layer has no next one
+    (0, 4, 0, "the embedding output, which no layer produced"),
+    (-5, 4, 0, "the embedding output, which no layer produced"),
+])
+def test_a_missing_attention_layer_is_one_sentence(select_layer, num_layers, offset, words):
+    from llava.model.image_encoding import attention_layer_for
+
+    with pytest.raises(ValueError, match=re.escape(words)) as error:
+        attention_layer_for(select_layer, num_layers, offset, "prumerge_k16")
+    assert "'prumerge_k16'" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_needs_are_resolved_when_the_projector_is_built(monkeypatch, tiny_tower_dir):
+    """The plugin lookup runs once, at build time; encode_images reads the result from the module."""
+    from llava.model.multimodal_projector import plugins
+
+    config = _config("quecc_k4", mm_vision_tower=str(tiny_tower_dir))
+    projector = build_vision_projector(config)
+    assert plugins.projector_needs(projector) == plugins.ModelNeeds(tower_layers=(1, 1, 2, 2), text="question", square_grid=True)
+    assert plugins.projector_needs(build_vision_projector(_config("prumerge_k4"))).attention == 1
+    assert plugins.projector_needs(build_vision_projector(_config("mlp2x_gelu"))) == plugins.ModelNeeds()
+    assert plugins.projector_needs(nn.Linear(2, 2)) == plugins.ModelNeeds()  # built by hand: no plugin
+
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("needs looked up after the build")
+
+    monkeypatch.setattr(plugins, "plugin_for", no_lookup)
+    monkeypatch.setattr(plugins, "needs_for_config", no_lookup)
+    assert plugins.projector_needs(projector).text == "question"
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"attention": True}, "layer offset"), ({"attention": "next"}, "layer offset"), ({"text": "answer"}, "'question', 'prompt'"),
+])
+def test_model_needs_refuses_bad_declarations(bad, words):
+    from llava.model.multimodal_projector.plugins import ModelNeeds
+
+    with pytest.raises(ValueError, match=re.escape(words)):
+        ModelNeeds(**bad)

@@ -53,12 +53,15 @@ class TowerOutputs:
             layer, ``T'`` counting the CLS token when the tower has one; ``None`` if not requested.
         keys: ``[N, T', D]`` key projections (``k_proj`` output, all heads concatenated) of that layer's
             self-attention input, CLS included; ``None`` if not requested.
+        queries: ``[N, T', D]`` query projections (``q_proj`` output, all heads concatenated, before the
+            model's ``head_dim ** -0.5`` scaling) of the same layer; ``None`` if not requested.
     """
 
     features: torch.Tensor
     layers: dict[int, torch.Tensor]
     attention: torch.Tensor | None
     keys: torch.Tensor | None
+    queries: torch.Tensor | None = None
 
 
 def hub_unreachable_message(name: str) -> str:
@@ -260,7 +263,7 @@ class BaseVisionTower(nn.Module):
     def encode(
         self, images: torch.Tensor, *, layers: Sequence[int] = (), attention_layer: int | None = None
     ) -> TowerOutputs:
-        """Features plus what richer compressors need: more hidden layers, one layer's attention and keys.
+        """Features plus what richer compressors need: more hidden layers, one layer's attention, queries and keys.
 
         The model's attention implementation is left alone: forward hooks on the chosen layer's ``q_proj`` and
         ``k_proj`` record their outputs during this one call, and the probabilities are recomputed from them in
@@ -269,8 +272,9 @@ class BaseVisionTower(nn.Module):
         Args:
             images: ``[N, 3, H, W]`` pixels.
             layers: ``hidden_states`` indices to return as well (see the module docstring).
-            attention_layer: ``hidden_states``-style index of the encoder layer whose attention and keys to
-                return (``-2``: the layer producing the default features); ``None`` for neither.
+            attention_layer: ``hidden_states``-style index of the encoder layer whose attention, queries and keys
+                to return: the layer whose *output* is ``hidden_states[attention_layer]`` (``-2``: the layer
+                producing the default features; ``-1``: the last layer, whose input they are); ``None`` for none.
 
         Returns:
             :class:`TowerOutputs`.
@@ -298,15 +302,16 @@ class BaseVisionTower(nn.Module):
             for handle in handles:
                 handle.remove()
         dtype = images.dtype
-        attention = keys = None
+        attention = keys = queries = None
         if attention_module is not None:
             attention = self._attention_probabilities(attention_module, captured["q"], captured["k"])
-            keys = captured["k"].to(dtype)
+            keys, queries = captured["k"].to(dtype), captured["q"].to(dtype)
         return TowerOutputs(
             features=self.feature_select(hidden_states).to(dtype),
             layers={index: self._select(hidden_states[index]).to(dtype) for index in layers},
             attention=attention,
             keys=keys,
+            queries=queries,
         )
 
     def _hidden_position(self, index: int, what: str) -> int:

@@ -94,15 +94,20 @@ def build_vision_projector(config, delay_load: bool = False, **kwargs) -> nn.Mod
     ``config`` is the whole model config: factories read ``mm_hidden_size``, ``hidden_size`` and any
     projector-specific keys from it.
 
+    The module carries what its compressor plugin needs from the model (``compressor_needs``, a
+    :class:`~llava.model.multimodal_projector.plugins.ModelNeeds`).
+
     Raises:
         ValueError: For an unknown name, or plugin keys in ``config`` that are unknown or invalid.
     """
-    from .plugins import check_plugin_config
+    from .plugins import attach_needs, check_plugin_config
 
     name = getattr(config, "mm_projector_type", None) or "linear"
     factory, match = resolve_projector(name)
     check_plugin_config(config)
-    return factory(config, match)
+    # What the compressor needs from the model is resolved here, once (after the factory wrote back its
+    # resolved keys), and kept on the module for encode_images.
+    return attach_needs(factory(config, match), config)
 
 
 def mlp_projector(in_features: int, out_features: int, depth: int) -> list[nn.Module]:

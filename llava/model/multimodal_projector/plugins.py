@@ -15,18 +15,22 @@ declares itself with a :class:`CompressorPlugin` and :func:`register_plugin`, us
   e.g. a temperature schedule per training stage;
 - ``callbacks``: ``callbacks(model) -> list[TrainerCallback]``, added by ``train.py`` to the trainer;
 - ``needs``: what :meth:`LlavaMetaForCausalLM.encode_images` must hand the projector besides the select
-  layer's features (:class:`ModelNeeds`; a constant or ``needs(config) -> ModelNeeds``);
+  layer's features (:class:`ModelNeeds`: other tower layers, one layer's attention relative to the select
+  layer, the question or the whole prompt; a constant or ``needs(config) -> ModelNeeds``), resolved once when
+  the projector is built and kept on it (:func:`attach_needs`, :func:`projector_needs`);
 - ``boundary``: ``"pre"`` (the module compresses tower features, then projects; the built module is the whole
   projector) or ``"post"`` (it runs on projected tokens); the cost tools account by it;
 - ``view``: ``view(projector, ViewInputs) -> CompressorView | None``, the demo panel's picture
   (:mod:`llava.serve.panels`);
-- ``tools``: named helpers it offers to llava's commands (:func:`find_tool`), e.g. ``"prefill_flops"``
-  ``(checkpoint_dir, prompt_tokens) -> dict`` for the quickstart's cost column.
+- ``cost``: a :class:`llava.cost.module.CostModel`: its module's FLOPs in llava's convention and its projector types
+  per visual-token budget (the cost tables, ``llava.eval.compare``, the quickstart's ``--projectors all``).
 
 **How a projector is called** (:meth:`LlavaMetaForCausalLM.encode_images`): a projector whose plugin needs
 nothing (:attr:`ModelNeeds.extra` is false) is called as ``projector(features)`` with ``features``
 ``[N, T, mm_hidden_size]`` (the select layer, after ``mm_vision_select_feature``), exactly as upstream. Otherwise
-it is called as ``projector(features, inputs)`` with ``inputs`` a :class:`CompressorInputs`.
+it is called as ``projector(features, inputs)`` with ``inputs`` a :class:`CompressorInputs`. The text a
+compressor reads arrives as an argument of that call (from ``generate`` / ``forward``'s ``question_ids`` or the
+model's own ids, :mod:`llava.model.compressor_text`), never as model state.
 
 This module imports nothing heavy and knows no plugin by name.
 """
@@ -41,6 +45,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+
+from llava.cost.module import CostModel
+
+from .needs import NEEDS_ATTRIBUTE, TEXT_NEEDS, CompressorInputs, ModelNeeds, projector_needs
 
 Boundary = Literal["pre", "post"]
 BOUNDARIES = ("pre", "post")
@@ -155,63 +163,6 @@ def _convert(kind: type, value: Any) -> Any:
     return value if isinstance(value, str) else None
 
 
-# ---------------------------------------------------------------------------------------------- model needs
-
-
-@dataclass(frozen=True)
-class ModelNeeds:
-    """What a compressor needs from the model besides the select layer's features.
-
-    Args:
-        tower_layers: Hidden-state indices of the vision tower (as ``mm_vision_select_layer``, negative from
-            the end) whose features the compressor reads (e.g. multi-level features).
-        attention: The tower's attention probabilities ``[N, heads, T, T]`` and keys ``[N, T, hidden]`` of the
-            select layer (e.g. CLS-attention scoring).
-        prompt: The prompt of each image's sample (see :class:`CompressorInputs`).
-        square_grid: The tower's patch grid must be square.
-    """
-
-    tower_layers: tuple[int, ...] = ()
-    attention: bool = False
-    prompt: bool = False
-    square_grid: bool = False
-
-    @property
-    def extra(self) -> bool:
-        """Whether the projector takes a :class:`CompressorInputs` (anything beyond the select layer)."""
-        return bool(self.tower_layers) or self.attention or self.prompt
-
-
-@dataclass
-class CompressorInputs:
-    """Everything a plugin asked for, passed as ``projector(features, inputs)``.
-
-    Attributes:
-        features: ``[N, T, D]`` the select layer's features (the same tensor as the first argument).
-        grid_shape: ``(H, W)`` patch grid of the tower.
-        has_cls_token: Whether ``T`` includes a leading CLS token (``mm_vision_select_feature cls_patch``).
-        layers: ``{index: [N, T', D]}`` for each requested ``tower_layers`` index, as the tower returns them.
-        attention: ``[N, heads, T', T']`` attention probabilities of the select layer, or ``None``.
-        keys: ``[N, T', D]`` keys of the select layer, or ``None``.
-        prompt: One ``[L_i, hidden_size]`` tensor per image: the embedded text tokens of that image's sample that
-            are not training targets (labels ``IGNORE_INDEX``; at inference the whole prompt), with padding and
-            image markers removed. ``None`` unless asked for.
-        prompt_ids: The token ids of the same tokens, ``[L_i]`` each.
-        run_language_model: ``run_language_model(embeds [1, L, hidden]) -> [1, L, hidden]``, the LLM's last
-            hidden states (an extra pass over the prompt, for prompt-conditioned compressors).
-    """
-
-    features: torch.Tensor
-    grid_shape: tuple[int, int]
-    has_cls_token: bool
-    layers: dict[int, torch.Tensor] = field(default_factory=dict)
-    attention: torch.Tensor | None = None
-    keys: torch.Tensor | None = None
-    prompt: list[torch.Tensor] | None = None
-    prompt_ids: list[torch.Tensor] | None = None
-    run_language_model: Callable[[torch.Tensor], torch.Tensor] | None = None
-
-
 # ---------------------------------------------------------------------------------------------- plugins
 
 
@@ -256,7 +207,7 @@ class CompressorPlugin:
         needs: A :class:`ModelNeeds`, or ``needs(config) -> ModelNeeds``.
         boundary: ``"pre"`` or ``"post"`` (see the module docstring).
         view: ``view(projector, ViewInputs) -> CompressorView | None`` for the demo panel.
-        tools: Named helpers (see :func:`find_tool`).
+        cost: Its :class:`~llava.cost.module.CostModel` (``None``: its cost cannot be counted).
     """
 
     name: str
@@ -268,7 +219,7 @@ class CompressorPlugin:
     needs: ModelNeeds | Callable[[Any], ModelNeeds] = ModelNeeds()
     boundary: Boundary = "pre"
     view: Callable[[Any, Any], Any] | None = None
-    tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    cost: CostModel | None = None
 
     def __post_init__(self) -> None:
         if self.boundary not in BOUNDARIES:
@@ -413,9 +364,19 @@ def check_plugin_config(config: Any) -> CompressorPlugin | None:
 
 
 def needs_for_config(config: Any) -> ModelNeeds:
-    """What the configured projector needs from the model (nothing extra for built-ins)."""
+    """What the configured projector needs from the model (nothing extra for built-ins).
+
+    This looks the plugin up by name; the model does it once, when the projector is built
+    (:func:`attach_needs`), never per forward pass.
+    """
     plugin = plugin_for(getattr(config, "mm_projector_type", None))
     return plugin.needs_for(config) if plugin is not None else ModelNeeds()
+
+
+def attach_needs(projector: torch.nn.Module, config: Any) -> torch.nn.Module:
+    """Resolve what ``config``'s projector needs and keep it on the built ``projector``; returns the projector."""
+    setattr(projector, NEEDS_ATTRIBUTE, needs_for_config(config))
+    return projector
 
 
 def settings_in(values: Mapping[str, Any], plugin: CompressorPlugin) -> dict[str, Any]:
@@ -448,19 +409,16 @@ def apply_runtime_settings(model: Any, values: Mapping[str, Any]) -> None:
     projector = model.get_model().mm_projector
     if parsed and callable(getattr(projector, "apply_settings", None)):
         projector.apply_settings(parsed)
-
-
-def find_tool(name: str) -> Callable[..., Any] | None:
-    """The helper ``name`` of the first registered plugin that offers one, or ``None``."""
-    for plugin in list_plugins():
-        if name in plugin.tools:
-            return plugin.tools[name]
-    return None
+    if parsed:  # a setting may change what the compressor reads: resolve its needs again
+        attach_needs(projector, config)
 
 
 __all__ = [
     "BOUNDARIES",
+    "NEEDS_ATTRIBUTE",
+    "TEXT_NEEDS",
     "apply_runtime_settings",
+    "attach_needs",
     "CompressorInputs",
     "CompressorPlugin",
     "ModelNeeds",
@@ -468,12 +426,12 @@ __all__ = [
     "RunInfo",
     "Setting",
     "check_plugin_config",
-    "find_tool",
     "list_plugins",
     "needs_for_config",
     "owner_of",
     "plugin_for",
     "plugin_settings",
+    "projector_needs",
     "register_plugin",
     "settings_in",
     "unregister_plugin",

@@ -5,7 +5,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from braco_patch.baselines import DivPrune, FourierVLM, MQTAbstractor, PruMerge, QueCC, TokenPacker
-from braco_patch.baselines.cost import (
+from braco_patch.baselines.module_flops import (
     divprune_flops,
     fourier_vlm_flops,
     mqt_flops,
@@ -15,7 +15,7 @@ from braco_patch.baselines.cost import (
     tokenpacker_flops,
 )
 from braco_patch.baselines.prumerge import single_head_cls_attention
-from braco_patch.cost.flops import elementwise, total
+from llava.cost.flops import elementwise, total
 
 D, LLM, TEXT, SIDE, B = 16, 24, 20, 12, 3
 N = SIDE * SIDE

@@ -98,14 +98,18 @@ def _pixels(model, processor, image: Image.Image) -> torch.Tensor:
 
 
 def _visual_tokens(model, tokenizer, pixels: torch.Tensor, question: str) -> torch.Tensor:
-    """The projector's output while the model prepares a prompt with ``question`` (the generation path)."""
+    """The projector's output while the model prepares a prompt with ``question`` (the generation path: the
+    question's ids as a caller passes them, ``tokenizer(question)``)."""
     seen: list = []
     handle = model.get_model().mm_projector.register_forward_hook(lambda module, args, out: seen.append(out))
     text = tokenizer(f"USER: {question} ASSISTANT:", add_special_tokens=False).input_ids
     ids = torch.tensor([[1, IMAGE_TOKEN_INDEX, *text]])
+    questions = [torch.tensor(tokenizer(question).input_ids)]
     try:
         with torch.no_grad():
-            model.prepare_inputs_labels_for_multimodal(ids, None, torch.ones_like(ids), None, None, pixels)
+            model.prepare_inputs_labels_for_multimodal(
+                ids, None, torch.ones_like(ids), None, None, pixels, question_ids=questions
+            )
     finally:
         handle.remove()
     out = seen[0]
@@ -332,25 +336,26 @@ def test_tower_paths_match_an_independent_eager_forward(kind, name, tmp_path, ti
         position = (-2) % (layers + 1)  # mm_vision_select_layer -2
         features = out.hidden_states[position][:, cls:]
         if name.startswith("prumerge"):
-            layer = getattr(eager, "vision_model", eager).encoder.layers[position - 1]
-            keys = layer.self_attn.k_proj(layer.layer_norm1(out.hidden_states[position - 1]))
-            attention = out.attentions[position - 1]
-            expected = projector.project(projector.compressor(features, attention, keys))
+            # The release's score: the layer AFTER the select layer (it reads the selected features), one
+            # full-width product softmax(q K^T / sqrt(D)) in float64; CLS row (CLIP) or column mean (SigLIP).
+            layer = getattr(eager, "vision_model", eager).encoder.layers[position]
+            normed = layer.layer_norm1(out.hidden_states[position])
+            q, keys = layer.self_attn.q_proj(normed), layer.self_attn.k_proj(normed)
+            weights = torch.softmax(q.double() @ keys.double().transpose(1, 2) / q.shape[-1] ** 0.5, dim=-1)
+            row = weights[:, 0, 1:] if cls else weights.mean(dim=1)
+            expected = projector.project(projector.compressor(features, row.float(), keys))
             got = model.encode_images(pixels)
-            # Independent selection: CLS row (CLIP) or attention received (SigLIP), heads averaged, top K-1.
-            row = attention[0, :, 0, 1:].mean(0) if cls else attention[0].mean(dim=(0, 1))
-            kept = projector.compressor.select(row.unsqueeze(0))[0]
+            kept = projector.compressor.select(row.float())[0]
             if name == "prumerge_k4":
-                assert sorted(kept.tolist()) == sorted(np.argsort(-row.numpy())[:3].tolist())
+                assert sorted(kept.tolist()) == sorted(np.argsort(-row[0].numpy())[:3].tolist())
         else:
             levels = [out.hidden_states[i][:, cls:] for i in (1, 1, 2, 2)]
             if name.startswith("tokenpacker"):
                 expected = type(projector).__mro__[1].forward(projector, features, levels)
                 got = model.encode_images(pixels)
             else:
-                text = tokenizer("USER: What? ASSISTANT:", add_special_tokens=False).input_ids
-                ids = torch.tensor([[1, IMAGE_TOKEN_INDEX, *text]])
-                embeds = model.get_model().embed_tokens(torch.tensor([[1, *text]]))
+                # QueCC's text vector: the LLM's last state over the question alone, tokenized with BOS.
+                embeds = model.get_model().embed_tokens(torch.tensor([tokenizer("What?").input_ids]))
                 state = model.get_model()(inputs_embeds=embeds).last_hidden_state[:, -1]
                 expected = projector.project(projector.compressor(features, levels, state))
                 got = _visual_tokens(model, tokenizer, pixels, "What?")

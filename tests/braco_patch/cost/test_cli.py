@@ -8,7 +8,7 @@ import torch
 
 from braco_patch import cli as braco_cli
 from braco_patch.cost.cli import main
-from braco_patch.cost.presets import load_spec
+from llava.cost.presets import load_spec
 
 from .conftest import TINY_LLM, TINY_TOWER
 
@@ -59,7 +59,7 @@ def test_measure_caps_llm_layers(tiny_llava, tmp_path, capsys):
 
 
 def test_oom_is_reported_not_raised(tiny_llava, tmp_path, monkeypatch):
-    from braco_patch.cost import measure
+    from llava.cost import measure
 
     real = measure.time_call
 
@@ -95,15 +95,15 @@ def test_config_formats(tmp_path):
     assert load_spec(tmp_path / "llava.json").inputs[0].label == "576"
 
 
-def _error(argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    message = str(exc.value.code)
-    assert message.startswith("braco cost: ") and "\n" not in message and "Traceback" not in message
-    return message
+def test_bad_inputs_give_one_sentence(tiny_llava, tmp_path, capsys):
+    def _error(argv) -> str:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        message = capsys.readouterr().err
+        assert exc.value.code == 2
+        assert message.startswith("braco cost: error: ") and message.count("\n") == 1 and "Traceback" not in message
+        return message
 
-
-def test_bad_inputs_give_one_sentence(tiny_llava, tmp_path):
     assert "unknown preset 'llava-9b'; expected one of" in _error(["--preset", "llava-9b"])
     assert "budget 36 (c5s11) needs C=5 but the 4x4 token grid allows at most C=4" in _error(
         ["--config", str(tiny_llava), "--budgets", "36"])

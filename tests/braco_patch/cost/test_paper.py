@@ -3,9 +3,11 @@
 import pytest
 
 from braco_patch import BracoConfig
-from braco_patch.cost import Accounting, get_preset, pipeline_cost
-from braco_patch.cost.flops import official_compressor_flops, ours_compressor_flops, projector_flops, total
-from braco_patch.cost.pipeline import prompt_range
+from braco_patch.cost.coder_flops import official_compressor_flops, ours_compressor_flops
+from braco_patch.cost.pipeline import pipeline_cost, prompt_range
+from llava.cost.flops import projector_flops, total
+from llava.cost.pipeline import Accounting
+from llava.cost.presets import get_preset
 
 # Table 1 (tab:token-retain), FLOPs column, LLaVA-1.5-7B, one image: TFLOPs.
 TABLE1 = {"vanilla": 8.67, 25: 1.37, 16: 1.25, 9: 1.15, 4: 1.09}

@@ -1,4 +1,4 @@
-"""``braco cost`` over projector types: the plugin ``module_flops`` tool, ``all`` at a budget, measured rows, and the
+"""``braco cost`` over projector types: the plugin's cost model, ``all`` at a budget, measured rows, and the
 paper's compressor-cost table at K = 16 (tab:main_compressor_cost)."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from braco_patch.cost.baselines import baseline_module_flops
+from braco_patch.baselines.module_flops import baseline_module_flops
+from braco_patch.cost.by_type import compressors_table
 from braco_patch.cost.cli import main
-from braco_patch.cost.flops import LMDims
-from braco_patch.cost.presets import get_preset, load_spec
-from braco_patch.cost.projectors import CostSetting, ModuleCost, module_cost, projector_pipeline_flops
-from braco_patch.cost.by_type import compressors_table, cost_setting
+from llava.cost.flops import LMDims
+from llava.cost.module import CostModel, CostSetting, ModuleCost, module_cost
+from llava.cost.pipeline import cost_setting, projector_pipeline_flops
+from llava.cost.presets import get_preset, load_spec
 from llava.model.multimodal_projector.builder import mlp_projector
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, register_plugin, unregister_plugin
 
@@ -53,8 +54,8 @@ def toy_plugin():
     plugin = register_plugin(CompressorPlugin(
         name="toykeep",
         projectors=(ProjectorType(r"toykeep_k(\d+)", lambda c, m: KeepByAttention(c.mm_hidden_size, c.hidden_size, int(m.group(1)))),),
-        needs=ModelNeeds(attention=True), boundary="post",
-        tools={"module_flops": _toy_flops, "projectors_at_budget": _toy_budget},
+        needs=ModelNeeds(attention=0), boundary="post",
+        cost=CostModel(module_flops=_toy_flops, types_at_budget=_toy_budget),
     ))
     yield plugin
     unregister_plugin("toykeep")
@@ -114,13 +115,13 @@ def test_pipeline_of_a_plugin_type_against_a_direct_count(toy_plugin, tiny_llava
     assert got["visual_tokens"] == 4 and got["llm"] == llm and got["boundary"] == "post"
 
 
-def test_unknown_types_and_plugins_without_the_tool(toy_plugin):
+def test_unknown_types_and_plugins_without_a_cost_model(toy_plugin):
     setting = cost_setting(get_preset("llava-v1.5-7b"))
     with pytest.raises(ValueError, match="unknown projector type 'nosuch_k4'"):
         module_cost("nosuch_k4", setting)
     register_plugin(CompressorPlugin(name="toynotool", projectors=(ProjectorType(r"toynotool", lambda c, m: nn.Identity()),)))
     try:
-        with pytest.raises(ValueError, match="'toynotool' compressor .* offers no 'module_flops' tool"):
+        with pytest.raises(ValueError, match="'toynotool' compressor .* declares no module FLOPs, so its cost cannot be counted"):
             module_cost("toynotool", setting)
     finally:
         unregister_plugin("toynotool")
@@ -167,20 +168,31 @@ def test_table_compressors_command(capsys):
     assert all(r["paper_gflops"] is None for r in result["compressors"]["9"])  # the paper's table is K = 16 only
 
 
+def test_table_compressors_leaves_out_a_budget_a_method_cannot_give(capsys):
+    # 25 = 5 x 5 regions does not divide a 24 x 24 grid (paper: "25 omitted for QueCC"); the table goes on without it.
+    result = main(["--table", "compressors", "--budgets", "25"])
+    rows = {r["method"]: r for r in result["compressors"]["25"]}
+    assert "accepted budgets: [1, 4, 9, 16, 36" in rows["quecc"]["left_out"] and "left_out" in rows["tokenpacker"]
+    assert rows["braco"]["tokens"] == 25 and "left_out" not in rows["divprune"]
+    assert "quecc        ours       left out: QueCC cannot give 25 tokens" in capsys.readouterr().out
+
+
 def test_fourier_vlm_and_prumerge_split_against_direct_formulas():
     setting = cost_setting(get_preset("llava-v1.5-7b"))
     mlp16 = 2 * 16 * 1024 * 4096 + 2 * 16 * 4096 * 4096
     fourier = baseline_module_flops("fourier_vlm", 16, setting)
     assert (fourier.pre, fourier.post, fourier.tokens) == (2 * 16 * 576 * 1024, 2 * 16 * 576 * 1024 + mlp16, 16)
-    prumerge = baseline_module_flops("prumerge", 16, setting)  # 15 kept + the extra token, scores from the tower
+    prumerge = baseline_module_flops("prumerge", 16, setting)  # 15 kept + the extra token
+    score = 2 * 577 * 1024  # the CLS query against the 577 keys of the next layer, one full-width product
     merge = 2 * 15 * 576 * 1024 * 2 + 15 * 1024  # key similarity + dense merge + centre add
     extra = 2 * 576 * 1024 + 576
-    assert prumerge.pre == merge + extra and prumerge.post == prumerge.pre + mlp16
+    assert prumerge.pre == score + merge + extra and prumerge.post == prumerge.pre + mlp16
 
 
 def test_a_checkpoint_config_is_costed_with_its_stored_settings(tmp_path, tiny_llava):
     from braco_patch.config import BracoConfig
-    from braco_patch.cost.flops import compressor_flops, total
+    from braco_patch.cost.coder_flops import compressor_flops
+    from llava.cost.flops import total
 
     values = json.loads(tiny_llava.read_text())
     values.update(mm_projector_type="braco_c1s3", mm_fourier_spatial_hidden_mult=0.0)  # a one-layer scorer

@@ -292,7 +292,7 @@ def test_cost_presets_count_the_tokens_the_registry_tower_gives(tmp_path) -> Non
     """Each `braco cost` preset's tower config, saved and built through the registry, gives the preset's per-view
     token count at the tower's own input side (CLIP-L/336: 576 with CLS dropped; SigLIP-384/14: 27 x 27 = 729;
     SigLIP2-512/16: 32 x 32 = 1024)."""
-    from braco_patch.cost.presets import get_preset, list_presets
+    from llava.cost.presets import get_preset, list_presets
 
     checked = 0
     for name in list_presets():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from llava.cost.module import CostModel
 from llava.eval.files import read_jsonl
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ProjectorType, register_plugin, unregister_plugin
 from llava.quickstart.run import QuickstartConfig, build_parser, expand_projectors, main, run_quickstart
@@ -26,9 +27,9 @@ def _only_four(budget: int) -> list[str]:
 
 @pytest.fixture
 def toybad():
-    """A plugin whose factory refuses every type and whose budget tool offers only K = 4."""
+    """A plugin whose factory refuses every type and whose cost model offers only K = 4."""
     register_plugin(CompressorPlugin(name="toybad", projectors=(ProjectorType(r"toybad_k(\d+)", _refuse),),
-                                     tools={"projectors_at_budget": _only_four}))
+                                     cost=CostModel(types_at_budget=_only_four)))
     yield
     unregister_plugin("toybad")
 

@@ -86,7 +86,7 @@ TINY_PLUGIN = CompressorPlugin(
     key_prefixes=("mm_tinypool_",),
     run_defaults=lambda run: {"mm_tinypool_gain_init": 0.5 if run.stage == "pretrain" else 0.25},
     callbacks=lambda model: [CountingCallback()],
-    needs=lambda config: ModelNeeds(prompt=bool(getattr(config, "mm_tinypool_use_prompt", None)), square_grid=True),
+    needs=lambda config: ModelNeeds(text="prompt" if getattr(config, "mm_tinypool_use_prompt", None) else None, square_grid=True),
 )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from braco_patch.config import BracoConfig
-from braco_patch.cost.presets import KNOWN_TOWERS, get_preset
+from llava.cost.presets import KNOWN_TOWERS, get_preset
 from llava.mm_utils import parse_grid_pinpoints
 
 from .test_scripts import REPO, flag, parse_command

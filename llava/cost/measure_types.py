@@ -1,4 +1,4 @@
-"""Measured latency, peak memory and profiler FLOPs of any projector type (``braco cost --projector ... --measure``).
+"""Measured latency, peak memory and profiler FLOPs of any projector type, as a checkpoint builds it.
 
 The projector is built exactly as a checkpoint builds it (``build_vision_projector`` on a config with the
 preset's widths), with random weights, and called as ``encode_images`` calls it: ``projector(features)``, or
@@ -9,7 +9,7 @@ shape: tower layers (``[B, N(+1), D]``), the select layer's attention (a softmax
 LLM pass** (its analytic count includes it). The call is the whole built module: for ``pre`` types the
 compressor plus its projector, i.e. the post-projector boundary.
 
-Protocol as :mod:`.measure`: ``warmup`` untimed calls, ``iters`` timed ones (median, std), peak memory above
+Protocol of :mod:`.measure`: ``warmup`` untimed calls, ``iters`` timed ones (median, std), peak memory above
 what was allocated before the call, under ``torch.no_grad()``.
 """
 
@@ -22,9 +22,10 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .flops import elementwise
-from .measure import MeasureOptions, _measure
+from .measure import MeasureOptions, RandomPipeline, measure_call
+from .module import CostSetting, module_cost
+from .pipeline import projector_pipeline_flops
 from .presets import PipelineSpec
-from .projectors import CostSetting, module_cost
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +71,12 @@ def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_toke
     inputs = CompressorInputs(features=features, grid_shape=grid, has_cls_token=False)
     for index in needs.tower_layers:
         inputs.layers[index] = torch.randn(batch, n, d, device=device, dtype=dtype)
-    if needs.attention:
+    if needs.attention is not None:
         heads = spec.vision_dims.heads
         inputs.attention = torch.randn(batch, heads, n, n, device=device, dtype=dtype).softmax(-1)
-        inputs.keys = torch.randn(batch, n, d, device=device, dtype=dtype)
+        inputs.has_cls_token = True  # q/k of a CLIP-like tower: CLS first (PruMerge scores with its row)
+        inputs.queries = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
+        inputs.keys = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
     if needs.prompt:
         inputs.prompt = [torch.randn(question_tokens, spec.lm_dims.hidden, device=device, dtype=dtype) for _ in range(batch)]
         inputs.prompt_ids = [torch.zeros(question_tokens, dtype=torch.long, device=device) for _ in range(batch)]
@@ -93,7 +96,7 @@ def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting
             matmul = analytic - elementwise(cost.module) * batch  # elementwise parts: what the profiler calls add/mul
             call = (lambda: projector(features)) if inputs is None else (lambda: projector(features, inputs))
             with torch.no_grad():
-                row = _measure(call, opts, analytic, matmul)
+                row = measure_call(call, opts, analytic, matmul)
             rows.append({"batch": batch, "variant": name, "boundary": "post", "tokens": cost.tokens,
                          "note": "LLM prompt pass not run (identity)" if prompt_pass else "", **row})
     return rows
@@ -121,11 +124,8 @@ class WithInputs(torch.nn.Module):
 
 def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, setting: CostSetting, opts: MeasureOptions) -> list[dict[str, Any]]:
     """Full prefill (random tower → projector type as built → random LLM) per (batch, type), as :mod:`.measure` does
-    for Braco allocations; the analytic figure is the same capped count, attention scores not counted (the profiler
+    for compressor allocations; the analytic figure is the same capped count, attention scores not counted (the profiler
     does not count SDPA), our computation."""
-    from .measure import RandomPipeline
-    from .projectors import projector_pipeline_flops
-
     pipe = RandomPipeline(spec, opts, acc.lm_head)
     inp = spec.inputs[0]
     rows = []
@@ -140,7 +140,7 @@ def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, s
             )
             pixels, text = pipe.inputs(batch, inp.image_size, inp.views, acc.prompt_tokens)
             with torch.no_grad():
-                row = _measure(lambda: pipe.prefill(projector, pixels, text), opts, cost["total"] * batch,
+                row = measure_call(lambda: pipe.prefill(projector, pixels, text), opts, cost["total"] * batch,
                                (cost["total"] - cost["elementwise"]) * batch)
             rows.append({"input": inp.label, "batch": batch, "variant": name, "llm_tokens": cost["visual_tokens"] + acc.prompt_tokens,
                          "note": "prompt-conditioned: LLM question pass not run" if probe is not None and probe.prompt is not None else "", **row})

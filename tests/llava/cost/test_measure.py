@@ -2,7 +2,7 @@
 
 import torch
 
-from braco_patch.cost.measure import LiveTensorBytes, peak_memory, profiler_flops, time_call
+from llava.cost.measure import LiveTensorBytes, peak_memory, profiler_flops, time_call
 
 
 def test_live_tensor_bytes_by_hand():

@@ -1,4 +1,4 @@
-"""Selectable fast paths for the coder and the prefill pipeline (``--fast none|compile|cudagraph``).
+"""Selectable fast paths for a compressor or a whole prefill (``--fast none|compile|cudagraph``).
 
 - ``none``: eager PyTorch.
 - ``compile``: ``torch.compile``; mode ``max-autotune-no-cudagraphs`` on CPU, ``reduce-overhead`` (inductor
@@ -7,8 +7,8 @@
   The call copies its inputs into the captured buffers and returns the captured output buffer, which the
   next call overwrites (clone it to keep it).
 
-Both rely on the coder doing no host reads in ``forward`` (DESIGN "Numerics"). :func:`check_close` is the
-"numerically equal to eager" gate: ``braco cost --measure`` runs it before timing a fast path.
+Both rely on the function doing no host reads (no ``.item()``; DESIGN "Numerics"). :func:`check_close` is the
+"numerically equal to eager" gate: the cost measurements run it before timing a fast path.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Analytic FLOPs of the baseline modules, in :mod:`braco_patch.cost.flops`'s convention.
+"""Analytic FLOPs of the baseline modules, in llava's FLOP convention (:mod:`llava.cost.flops`), and their module costs.
 
 Convention (the same as Braco's): 1 multiply-add = 2 FLOPs for every matrix product (linear layers without
 their bias adds, convolutions, batched matmuls); attention-score products (``QKᵀ`` and ``A·V``) only with
 ``count_attention=True``; elementwise additions/multiplications inside the module at 1 FLOP per element,
-under the part names ``add``/``scale`` (so :func:`braco_patch.cost.flops.elementwise` separates them);
+under the part names ``add``/``scale`` (so :func:`llava.cost.flops.elementwise` separates them);
 normalisation, activations, softmax, reductions, sorting/top-k, gathers, interpolation and masking are not
 counted. Each function counts what this package's module computes, for one call on ``batch`` images, and
-returns an ordered ``{part: FLOPs}`` dict (sum with :func:`braco_patch.cost.flops.total`).
+returns an ordered ``{part: FLOPs}`` dict (sum with :func:`llava.cost.flops.total`).
 
 Where a count is not the module's matmul work alone, the function says so: PruMerge's attention scores come
 from the tower (``score_source``), QueCC's prompt pass is the LLM's (:func:`quecc_text_pass_flops`), and
@@ -29,9 +29,12 @@ Paper setting (CLIP-L/336: D = 1024, 24 x 24, layers 12/16/22/23; Vicuna-7B: d_l
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Literal
 
-from ..cost.flops import LMDims, linear_flops, llm_prefill_flops, projector_flops, total
+from llava.cost.flops import LMDims, linear_flops, llm_prefill_flops, projector_flops, total
+from llava.cost.module import CostSetting, ModuleCost
+
 from ._common import region_scale
 
 __all__ = [
@@ -43,6 +46,8 @@ __all__ = [
     "tokenpacker_flops",
     "fourier_vlm_flops",
     "MODULE_FLOPS",
+    "BOUNDARIES",
+    "baseline_module_flops",
     "boundary_flops",
     "paper_setting_flops",
 ]
@@ -189,3 +194,84 @@ def paper_setting_flops(budget: int = 16, *, prompt_tokens: int = 7, count_atten
         "divprune": total(boundary_flops(divprune_flops(n, llm, budget), projector_tokens=n, mm_hidden=d, llm_hidden=llm)),
         "fourier_vlm": total(boundary_flops(fourier_vlm_flops(d, (g, g), budget), projector_tokens=budget, mm_hidden=d, llm_hidden=llm)),
     }
+
+
+#: The paper's boundary label per method (``tab:main_compressor_cost``; Fourier-VLM is not in it: pre, like Braco).
+BOUNDARIES = {"prumerge": "pre", "divprune": "post", "mqt": "pre", "quecc": "pre", "tokenpacker": "post", "fourier_vlm": "pre"}
+
+
+def _side(setting: CostSetting, method: str) -> int:
+    h, w = setting.grid
+    if h != w:
+        raise ValueError(f"{method} needs a square patch grid, got {h}x{w}")
+    return h
+
+
+def _mlp(tokens: int, setting: CostSetting) -> dict[str, int]:
+    return projector_flops(tokens, setting.mm_hidden, setting.lm.hidden, setting.projector_depth)
+
+
+#: What the PruMerge row's score part counts, by ``score_source``.
+_PRUMERGE_NOTES = {
+    "cls_row": "CLS row of the next layer's full-width q·Kᵀ",
+    "full_matrix": "the release's full T x T score matrix",
+    "tower": "scores reused from the tower (not counted)",
+}
+
+
+def baseline_module_flops(method: str, budget: int, setting: CostSetting, *, projector_type: str | None = None, **options: Any) -> ModuleCost:
+    """The cost of baseline ``method`` at ``budget`` visual tokens per view (the plugins' ``CostModel.module_flops``).
+
+    What each method's parts are (``module`` = the pre-projector figure, ``module + projector`` = post):
+
+    - ``prumerge`` / PruMerge+: K - 1 kept tokens merged by key similarity plus the extra token, then
+      ``mlp2x_gelu`` on K. The score is the CLS row of the next encoder layer's single full-width product, as
+      the model path computes it (``score_source="cls_row"``: ``2·T·D``); ``score_source="full_matrix"`` counts
+      the release's whole ``T x T`` product, ``"tower"`` none.
+    - ``divprune``: runs after ``mlp2x_gelu`` on all N tokens (the projector part), then the ``N x N`` cosine
+      similarity in the LLM width (the module).
+    - ``mqt``: the query abstractor ends in the LLM width itself (projector part empty).
+    - ``quecc``: the module plus its extra prompt pass through the LLM (``setting.prompt_tokens`` question tokens,
+      logits at every position as the repository's ``forward`` computes them), then ``mlp2x_gelu`` on K.
+    - ``tokenpacker``: the packer's attention and key/value MLPs (module), its own 2-layer MLP (projector).
+    - ``fourier_vlm``: the folded DCT low-pass, then ``mlp2x_gelu`` on K.
+
+    Args:
+        method: A key of :data:`MODULE_FLOPS`.
+        budget: K.
+        setting: Dimensions (``setting.count_attention`` counts attention scores of MQT/QueCC/TokenPacker).
+        projector_type: The type name to report (default: the method name).
+        options: Passed to the method's FLOP function (e.g. ``score_source`` for PruMerge, ``level_dim``).
+
+    Raises:
+        ValueError: For an unknown method, or a budget the method cannot give on this grid.
+    """
+    if method not in MODULE_FLOPS:
+        raise ValueError(f"unknown baseline {method!r}; expected one of {sorted(MODULE_FLOPS)}")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be a positive integer, got {budget!r}")
+    name = projector_type or method
+    d, n, llm, att = setting.mm_hidden, setting.tokens, setting.lm.hidden, setting.count_attention
+    if budget > n:
+        raise ValueError(f"{method} cannot keep {budget} of the {n} tokens of a {setting.grid[0]}x{setting.grid[1]} grid")
+    if method == "prumerge":
+        options = {"score_source": "cls_row", **options}  # the model path: the CLS row of the next layer's q·Kᵀ
+        module = prumerge_flops(d, n, budget - 1, **options)
+        return ModuleCost(name, budget, "pre", module, _mlp(budget, setting), _PRUMERGE_NOTES[options.get("score_source", "cls_row")])
+    if method == "divprune":
+        return ModuleCost(name, budget, "post", divprune_flops(n, llm, budget), _mlp(n, setting), "projector on all N tokens, then selection")
+    if method == "mqt":
+        return ModuleCost(name, budget, "pre", mqt_flops(d, llm, n, budget, count_attention=att, **options), {}, "ends in the LLM width")
+    if method == "quecc":
+        side = _side(setting, method)
+        module: dict[str, Any] = dict(quecc_flops(d, side, budget, llm, count_attention=att, **options))
+        module["prompt_pass"] = quecc_text_pass_flops(setting.lm, setting.prompt_tokens)
+        return ModuleCost(name, budget, "pre", module, _mlp(budget, setting), f"prompt pass over {setting.prompt_tokens} question tokens included")
+    if method == "tokenpacker":
+        parts = dict(tokenpacker_flops(d, llm, _side(setting, method), budget, count_attention=att, **options))
+        own_mlp = {"mlp": parts.pop("mlp")}
+        return ModuleCost(name, budget, "post", parts, own_mlp, "its own MLP is the projector part")
+    cutoff = math.isqrt(budget)
+    if cutoff * cutoff != budget or cutoff > min(setting.grid):
+        raise ValueError(f"fourier_vlm gives C² tokens with C at most {min(setting.grid)}, so {budget} is not a budget it can give")
+    return ModuleCost(name, budget, "pre", fourier_vlm_flops(d, setting.grid, budget, **options), _mlp(budget, setting))

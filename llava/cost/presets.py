@@ -1,4 +1,4 @@
-"""Pipelines to cost: built-in presets (the paper's settings) and local ``config.json`` files.
+"""Pipelines to cost: built-in presets (published LLaVA-style settings) and local ``config.json`` files.
 
 A :class:`PipelineSpec` holds transformers configs (vision tower and LLM) and the LLaVA wiring (feature
 layer, projector depth, views per image). Nothing here downloads anything: presets carry the published
@@ -7,33 +7,32 @@ built-in tower configs, so an upstream LLaVA ``config.json`` works as it is.
 
 Tower configs are read through llava's vision-tower registry (the class registered for the config's
 ``model_type`` says which transformers config class it is), and visual-token counts come from
-:func:`llava.visual_tokens.visual_token_count`, the rule the model itself is checked against; both are imported
-where used, so importing :mod:`braco_patch` does not import llava. The generalization presets and the recipes in
-``scripts/next/`` describe the same settings (tests/braco_patch/cost/test_recipes.py holds them to it).
+:func:`llava.visual_tokens.visual_token_count`, the rule the model itself is checked against. The generalization
+presets and the recipes in ``scripts/next/`` describe the same settings (tests/llava/cost/test_presets.py holds them
+to it).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from transformers import CLIPVisionConfig, LlamaConfig, Qwen2Config, SiglipVisionConfig
 
-from ..config import OFFICIAL_PATTERN, PROJECTOR_PATTERN
 from .flops import LMDims, VisionDims
 
 __all__ = ["InputSpec", "KNOWN_TOWERS", "NEXT_PINPOINTS_336", "NEXT_PINPOINTS_384", "PipelineSpec", "PRESETS",
-           "list_presets", "get_preset", "load_spec", "load_vision_config"]
+           "list_presets", "get_preset", "load_spec", "load_vision_config", "projector_depth"]
 
 
 #: LLaVA-1.6's five AnyRes canvases for a 336 px tower, as (width, height).
 NEXT_PINPOINTS_336: tuple[tuple[int, int], ...] = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
 #: The same five canvases in 384 px tower sides (SigLIP so400m-384): 5 x 729 = 3645 tokens for a 2x2 canvas.
 NEXT_PINPOINTS_384: tuple[tuple[int, int], ...] = tuple((w * 384 // 336, h * 384 // 336) for w, h in NEXT_PINPOINTS_336)
-#: The image whose views an AnyRes input costs: any image that fills the 2x2 canvas (the paper's nominal count).
+#: The image whose views an AnyRes input costs: any image that fills the 2x2 canvas (the nominal count of published figures).
 ANYRES_EXAMPLE_IMAGE = (1024, 1024)
 
 
@@ -73,11 +72,7 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """A LLaVA-style pipeline: vision tower → (compressor) → ``mlp{depth}x_gelu`` → LLM.
-
-    ``paper`` maps an input label to the paper's full-pipeline prefill TFLOPs: ``{"vanilla": 8.67, 16: 1.25}``
-    (budget keys are per view).
-    """
+    """A LLaVA-style pipeline: vision tower → (compressor) → ``mlp{depth}x_gelu`` → LLM."""
 
     name: str
     vision: Any
@@ -86,7 +81,6 @@ class PipelineSpec:
     select_layer: int = -2
     projector_depth: int = 2
     description: str = ""
-    paper: dict[str, dict[Any, float]] = field(default_factory=dict)
 
     @property
     def vision_dims(self) -> VisionDims:
@@ -190,7 +184,6 @@ def _llava_v15_7b() -> PipelineSpec:
     return PipelineSpec(
         name="llava-v1.5-7b", vision=clip_vit_l14_336(), llm=vicuna_7b(), inputs=(InputSpec("576", 336),),
         description="LLaVA-1.5-7B: CLIP-L/14-336 (layer -2, patch tokens) + mlp2x_gelu + Vicuna-7B (paper Table 1)",
-        paper={"576": {"vanilla": 8.67, 25: 1.37, 16: 1.25, 9: 1.15, 4: 1.09}},
     )
 
 
@@ -199,8 +192,7 @@ def _llava_next_7b() -> PipelineSpec:
     return PipelineSpec(
         name="llava-next-7b-2880", vision=clip_vit_l14_336(), llm=vicuna_7b(),
         inputs=(InputSpec("2880", 336, views=5, grid_pinpoints=NEXT_PINPOINTS_336),),
-        description="LLaVA-NeXT-style AnyRes, 5 views x 576 = 2880 tokens (flat, no newline tokens); Braco per view",
-        paper={"2880": {"vanilla": 40.57, 16: 3.45}},
+        description="LLaVA-NeXT-style AnyRes, 5 views x 576 = 2880 tokens (flat, no newline tokens); a compressor per view",
     )
 
 
@@ -210,7 +202,6 @@ def _qwen25_3b_siglip() -> PipelineSpec:
         name="qwen2.5-3b-siglip", vision=siglip_so400m_384(), llm=qwen25_3b(),
         inputs=(InputSpec("729", 384), InputSpec("3645", 384, views=5, grid_pinpoints=NEXT_PINPOINTS_384)),
         description="SigLIP so400m-patch14-384 (729 tokens, or AnyRes 5 views x 729) + mlp2x_gelu + Qwen2.5-3B",
-        paper={"729": {"vanilla": 5.37, 16: 0.96}, "3645": {"vanilla": 25.91, 4: 3.50}},
     )
 
 
@@ -219,7 +210,6 @@ def _qwen25_3b_siglip2() -> PipelineSpec:
     return PipelineSpec(
         name="qwen2.5-3b-siglip2", vision=siglip2_so400m_512(), llm=qwen25_3b(), inputs=(InputSpec("1024", 512),),
         description="SigLIP2 so400m-patch16-512 (native 32 x 32 = 1024 tokens) + mlp2x_gelu + Qwen2.5-3B",
-        paper={"1024": {"vanilla": 7.40, 16: 1.10}},
     )
 
 
@@ -298,20 +288,26 @@ def load_vision_config(path: str | Path) -> Any:
     return _vision_from_dict(values, str(resolved))
 
 
-def _projector_depth(projector_type: str | None) -> int:
-    """Linear layers of the projector's MLP (Braco types end in mlp2x_gelu; the official type names its depth)."""
-    if projector_type in (None, "") or re.fullmatch(PROJECTOR_PATTERN, projector_type):
+def projector_depth(projector_type: str | None) -> int:
+    """Linear layers of the MLP a projector type ends in: ``linear`` 1, a name ending in ``mlp{N}x_gelu`` N, else 2.
+
+    Compressor types whose name does not say it (``*_k16``) feed upstream's ``mlp2x_gelu``; their plugin's cost
+    counts their own projector anyway, so the depth only sets the uncompressed reference row.
+
+    Raises:
+        ValueError: For a projector type that is not registered (one sentence listing the registered ones).
+    """
+    if projector_type in (None, ""):
         return 2
     if projector_type == "linear":
         return 1
-    match = re.fullmatch(OFFICIAL_PATTERN, projector_type) or re.fullmatch(r"mlp(\d+)x_gelu", projector_type)
-    if match is None:
-        from llava.model.multimodal_projector.builder import resolve_projector
+    match = re.search(r"mlp(\d+)x_gelu$", projector_type)
+    if match is not None:
+        return int(match.group(1))
+    from llava.model.multimodal_projector.builder import resolve_projector
 
-        resolve_projector(projector_type)  # not registered: one sentence listing the registered types
-        # Another compressor plugin's type: its module_flops tool counts its own projector; mlp2x_gelu is the reference.
-        return 2
-    return int(match.group(1))
+    resolve_projector(projector_type)
+    return 2
 
 
 def load_spec(path: str | Path, vision_config: str | Path | None = None) -> PipelineSpec:
@@ -351,6 +347,6 @@ def load_spec(path: str | Path, vision_config: str | Path | None = None) -> Pipe
     grid = vision.image_size // vision.patch_size
     return PipelineSpec(
         name=resolved.parent.name or source, vision=vision, llm=llm, inputs=(InputSpec(str(grid * grid), vision.image_size),),
-        select_layer=select_layer, projector_depth=_projector_depth(values.get("mm_projector_type")),
+        select_layer=select_layer, projector_depth=projector_depth(values.get("mm_projector_type")),
         description=f"local config {source}",
     )

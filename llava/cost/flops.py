@@ -1,22 +1,22 @@
-"""Analytic FLOPs of a LLaVA-style prefill, from configs alone (paper Table 1, App. "Compression-module cost").
+"""Analytic FLOPs of a LLaVA-style prefill, from configs alone: the FLOP convention every count follows.
 
 Convention (one for every number this module returns):
 
 - **1 multiply-add = 2 FLOPs.** Every matrix product is counted: linear layers (their bias additions are not),
   the patch-embedding convolution, batched matmuls and einsums. Attention-score products (``QKᵀ`` and ``A·V``,
   over the full ``T x T`` matrix, per query head) are counted only with ``count_attention=True``.
-- **Elementwise additions and multiplications, 1 FLOP per output element, are counted inside the compressor
-  only**, where they are part of Braco's formulas (embedding gate and add, prior, sparsemax support test,
-  residual scale). The paper's stage table counts them: step 2 = 37.749 (projection) + 0.590 (gate) + 0.590
-  (add) = 38.928 MFLOP. In the vision tower and the LLM the elementwise work (residual adds, norms, RoPE,
-  the SwiGLU product) is < 0.1 % of a layer and is not counted.
+- **Elementwise additions and multiplications, 1 FLOP per output element, are counted inside a compressor
+  only**, where they are part of its formulas (a gate, an added embedding, a prior, a selection test, a scale;
+  a compressor's count names such parts with a key of :data:`ELEMENTWISE_PARTS`). In the vision tower and the
+  LLM the elementwise work (residual adds, norms, RoPE, the SwiGLU product) is < 0.1 % of a layer and is not
+  counted.
 - **Not counted anywhere:** normalisation, activations, subtraction, division, powers, reductions, sorting,
   softmax/sparsemax thresholds and transcendental functions.
 
 This is the op set of ``torch.profiler(with_flops=True)`` (``mm``/``addmm``/``bmm``/``conv2d`` at 2 FLOPs
-per multiply-add, ``add``/``mul`` at one per element), which the paper used; :mod:`.measure` prints the
-profiler's count next to these numbers. Every function returns an ordered ``{part: FLOPs}`` dict (or, for
-the compressor, ``{step: {part: FLOPs}}``); :func:`total` sums either.
+per multiply-add, ``add``/``mul`` at one per element); :mod:`.measure` prints the profiler's count next to these
+numbers. Every function returns an ordered ``{part: FLOPs}`` dict (a compressor's count may nest them,
+``{step: {part: FLOPs}}``); :func:`total` sums either.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping
 
-from ..config import BracoConfig
-from ..embedding import feature_width
 
 __all__ = [
     "CONVENTION",
@@ -37,16 +35,12 @@ __all__ = [
     "vision_layers_run",
     "projector_flops",
     "llm_prefill_flops",
-    "official_compressor_flops",
-    "ours_compressor_flops",
-    "compressor_flops",
-    "check_allocation",
     "total",
     "elementwise",
     "ELEMENTWISE_PARTS",
 ]
 
-#: One-line statement of the convention above, printed by ``braco cost`` and stored in its JSON.
+#: One-line statement of the convention above, printed with every cost table and stored in its JSON.
 CONVENTION = (
     "1 multiply-add = 2 FLOPs; every matrix product (linear layers without bias adds, patch convolution, batched "
     "matmuls; attention scores only with --count-attention); elementwise add/mul (1 per element) inside the "
@@ -191,7 +185,7 @@ def llm_prefill_flops(dims: LMDims, tokens: int, *, count_attention: bool = Fals
     Per layer: q and o ``2·T·h·(heads·hd)``, k and v ``2·T·h·(kv_heads·hd)`` (grouped-query attention),
     SwiGLU gate/up/down ``3·2·T·h·m``; with ``count_attention`` the scores over all query heads
     ``4·T²·heads·hd`` (full matrix, as dense kernels compute it). ``lm_head``: logits for ``all`` positions
-    (what transformers 4.37's prefill computed, and so what the paper's profiler saw) or the ``last`` one.
+    (what transformers 4.37's prefill computed, so what a profiler of that era saw) or the ``last`` one.
     """
     if lm_head not in ("all", "last"):
         raise ValueError(f"unknown lm_head accounting {lm_head!r}; expected 'all' or 'last'")
@@ -203,107 +197,3 @@ def llm_prefill_flops(dims: LMDims, tokens: int, *, count_attention: bool = Fals
         "mlp": dims.layers * 3 * linear_flops(tokens, h, dims.intermediate),
         "lm_head": linear_flops(tokens if lm_head == "all" else 1, h, dims.vocab),
     }
-
-
-# -- Braco compressor --------------------------------------------------------------------------------
-def _residual_step(cfg: BracoConfig, dim: int, grid: tuple[int, int], batch: int) -> dict[str, int]:
-    """Step 4 (identical in both computations): scorer, prior, selection, pooling, scale."""
-    s = cfg.residual_tokens
-    if s == 0:
-        return {}
-    h, w = grid
-    length = h * w
-    out: dict[str, int] = {}
-    if cfg.scorer_hidden_mult > 0:
-        hidden = max(int(round(dim * cfg.scorer_hidden_mult)), 1)
-        out["scorer_linear_1"] = linear_flops(length, dim, hidden)
-        out["scorer_linear_2"] = linear_flops(length, hidden, s)
-    else:
-        out["scorer_linear"] = linear_flops(length, dim, s)
-    if cfg.prior == "grad":
-        # neighbour-energy accumulation adds, prior gate (weight · E) and its add to the S logit maps
-        out["prior"] = 2 * (h - 1) * w + 2 * h * (w - 1) + length + s * length
-    out["selection"] = s * length if cfg.selection == "sparsemax" else 0  # k·z_(k) support test
-    out["pool"] = 2 * s * length * dim
-    out["scale"] = s * dim
-    return {k: v * batch for k, v in out.items()}
-
-
-def official_compressor_flops(cfg: BracoConfig, dim: int, grid: tuple[int, int], batch: int = 1) -> dict[str, dict[str, int]]:
-    """The official computation (braco-official §1) per paper step, for one call on ``batch`` images.
-
-    Step 1: full two-sided DCT ``(D_H X) D_Wᵀ`` of every channel; step 2: polar embedding projected at all
-    ``H·W`` lattice positions and gated (once per call: it does not depend on the input), then added to
-    every image before truncation; step 3: ``C x C`` inverse DCT (idct only); step 4: residual tokens.
-    """
-    if cfg.embedding not in ("polar", "none"):
-        raise ValueError(f"the official computation has embedding 'polar' or 'none', got {cfg.embedding!r}")
-    coords = cfg.resolved_coordinates
-    if coords not in ("coef", "idct"):
-        raise ValueError(f"the official computation has coordinates 'coef' or 'idct', got {coords!r}")
-    h, w = grid
-    c = cfg.cutoff
-    length = h * w
-    step2: dict[str, int] = {}
-    if cfg.embedding == "polar":
-        width = feature_width("polar", cfg.num_freqs, cfg.include_raw)
-        step2 = {"projection": linear_flops(length, width, dim), "gate": length * dim, "add": batch * length * dim}
-    return {
-        "step1": {"dct_left": batch * 2 * dim * h * h * w, "dct_right": batch * 2 * dim * h * w * w},
-        "step2": step2,
-        "step3": {"idct": batch * 2 * 2 * dim * c**3} if coords == "idct" else {},
-        "step4": _residual_step(cfg, dim, grid, batch),
-    }
-
-
-def ours_compressor_flops(
-    cfg: BracoConfig, dim: int, grid: tuple[int, int], batch: int = 1, *, training: bool = False
-) -> dict[str, dict[str, int]]:
-    """:class:`~braco_patch.coder.BracoCoder` per paper step, for one call on ``batch`` images.
-
-    Steps 1+3 are one ``[C², H·W] x [H·W, d]`` product (the coordinate matrix is folded into the retained
-    DCT rows, so step 3 is free). In eval the gated embedding is a cached ``[C², d]`` constant: step 2 is
-    its add; in training it is recomputed (once per call) on the ``C²`` retained coordinates only.
-    """
-    c2, length = cfg.cutoff**2, grid[0] * grid[1]
-    step2: dict[str, int] = {}
-    if cfg.cutoff > 0 and cfg.embedding != "none":
-        if training:
-            if cfg.embedding == "learned":
-                step2["projection"] = linear_flops(c2, c2, dim)  # A @ table
-            else:
-                step2["projection"] = linear_flops(c2, feature_width(cfg.embedding, cfg.num_freqs, cfg.include_raw), dim)
-            step2["gate"] = c2 * dim
-        step2["add"] = batch * c2 * dim
-    return {
-        "step1": {"retained_rows": batch * linear_flops(c2, length, dim)} if c2 else {},
-        "step2": step2,
-        "step3": {},
-        "step4": _residual_step(cfg, dim, grid, batch),
-    }
-
-
-def compressor_flops(
-    cfg: BracoConfig, dim: int, grid: tuple[int, int], computation: Literal["official", "ours"] = "official", batch: int = 1
-) -> dict[str, dict[str, int]]:
-    """Dispatch to :func:`official_compressor_flops` or :func:`ours_compressor_flops` (eval)."""
-    if computation == "official":
-        return official_compressor_flops(cfg, dim, grid, batch)
-    if computation == "ours":
-        return ours_compressor_flops(cfg, dim, grid, batch)
-    raise ValueError(f"unknown compressor computation {computation!r}; expected 'official' or 'ours'")
-
-
-def check_allocation(cfg: BracoConfig, grid: tuple[int, int], label: str) -> None:
-    """Raise ``ValueError`` when the allocation's C exceeds the token grid, or C² + S its token count."""
-    if cfg.cutoff > min(grid):
-        raise ValueError(
-            f"{label} needs C={cfg.cutoff} but the {grid[0]}x{grid[1]} token grid allows at most C={min(grid)}"
-        )
-    tokens = grid[0] * grid[1]
-    if cfg.output_tokens > tokens:
-        raise ValueError(
-            f"{label} outputs {cfg.output_tokens} tokens but the {grid[0]}x{grid[1]} grid has only {tokens}; "
-            f"with C={cfg.cutoff}, S must be at most {tokens - cfg.backbone_tokens}"
-        )
-
