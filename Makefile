@@ -31,13 +31,14 @@ test: install
 bench: install
 	$(BIN)/braco cost --measure --device cpu --parts boundary --json outputs/bench_boundary.json
 
-# lmms-eval 0.7.3 end to end on a tiny Braco checkpoint, in its own virtualenv (lmms-eval pins wandb, hence
-# protobuf < 7, which must not leak into the main one). See README, "lmms-eval".
+# lmms-eval 0.7.3 end to end on tiny checkpoints (--model llava on a Braco one; --model llava_onevision on an image and
+# a video task), in its own virtualenv (lmms-eval pins wandb, hence protobuf < 7, which must not leak into the main
+# one; its llava_onevision module imports decord, which its video-legacy extra brings). See README, "lmms-eval".
 LMMS_VENV ?= .venv-lmms-eval
 $(LMMS_VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(LMMS_VENV)
 	$(LMMS_VENV)/bin/python -m pip install --quiet "$(TORCH)"
-	$(LMMS_VENV)/bin/python -m pip install --quiet -e ".[dev]" "lmms-eval==0.7.3"
+	$(LMMS_VENV)/bin/python -m pip install --quiet -e ".[dev]" "lmms-eval[video-legacy]==0.7.3"
 	touch $@
 
 lmms-eval-check: $(LMMS_VENV)/.installed

@@ -5,6 +5,7 @@ from setuptools import find_packages, setup
 TRAIN = ["deepspeed>=0.14,!=0.19.8", "peft>=0.12", "wandb>=0.19", "pyyaml>=6"]
 SERVE = ["gradio>=6,<7", "fastapi>=0.110", "uvicorn>=0.29", "requests>=2.31", "httpx>=0.27"]
 EVAL = ["pandas>=2.0", "openpyxl>=3.1"]  # MMBench .tsv in, .xlsx submission out
+VIDEO = ["av>=11"]  # PyAV decodes video files (llava.video); lmms-eval 0.7.3 pins av<16, which this allows
 
 setup(
     name="braco-llava",
@@ -36,9 +37,10 @@ setup(
         "train": TRAIN,
         "serve": SERVE,
         "eval": EVAL,
+        "video": VIDEO,
         # Everything the test suite exercises (the browser test also needs a chromium binary; the DeepSpeed
         # test runs the launcher on the CPU).
-        "dev": ["pytest>=8", "scikit-image>=0.22", "playwright>=1.40", *TRAIN, *SERVE, *EVAL],
+        "dev": ["pytest>=8", "scikit-image>=0.22", "playwright>=1.40", *TRAIN, *SERVE, *EVAL, *VIDEO],
     },
     entry_points={
         "llava.projectors": ["braco = braco_patch.llava_plugin", "baselines = braco_patch.baselines.llava_plugin"],

@@ -8,7 +8,8 @@ user turn as a tuple ``(text, PIL image, image_process_mode)``; it renders as ``
 ``conv_templates`` holds upstream LLaVA's templates under upstream's keys, plus LLaVA-NeXT's ChatML
 templates for Qwen (``qwen_1_5``, ``qwen_2``, ``qwen_2_5``), with the same system texts, roles, separators
 and version strings, so that prompts (and therefore token ids) match checkpoints trained with upstream
-code. The templates are shared objects: always ``.copy()`` one before appending messages.
+code. The templates are shared objects: ``.copy()`` (upstream's idiom) or ``copy.deepcopy`` (LLaVA-NeXT's) one
+before appending messages; appending to the shared template itself is refused.
 
 :func:`template_for_model` is the one place that picks a template from a model name (eval, serve and
 ``run_llava`` all call it), and :func:`check_template_fits` refuses a template whose special tokens the
@@ -25,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import logging
 import re
@@ -87,6 +89,7 @@ class Conversation:
         skip_next: Set by the demo when the next generation request should be skipped.
         required_tokens: Strings of the template that the tokenizer must encode as one token each (the
             separators that end turns, ChatML's role markers); see :func:`check_template_fits`.
+        video: The demo's uploaded video, base64-encoded, when the conversation is about one.
     """
 
     system: str
@@ -99,6 +102,9 @@ class Conversation:
     version: str = "Unknown"
     skip_next: bool = False
     required_tokens: tuple[str, ...] = ()
+    #: The demo's uploaded video (a base64-encoded file) when the first turn is about a video; its first frame is
+    #: the turn's picture in the chat.
+    video: str | None = None
 
     # ------------------------------------------------------------------ prompt rendering
 
@@ -223,6 +229,16 @@ class Conversation:
     def copy(self) -> Conversation:
         """Return an independent copy whose message list can be edited freely."""
         return dataclasses.replace(self, messages=[[role, message] for role, message in self.messages])
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Conversation:
+        """``copy.deepcopy(template)`` gives an editable conversation, as LLaVA-NeXT's examples expect.
+
+        NeXT's templates hold a plain list, so ``copy.deepcopy(conv_templates["qwen_1_5"])`` followed by
+        ``append_message`` is how its README starts a chat; here the shared template's tuple becomes a fresh
+        list (the messages themselves are deep-copied, so nothing is shared with the template).
+        """
+        messages = [[role, copy.deepcopy(message, memo)] for role, message in self.messages]
+        return dataclasses.replace(self, messages=messages)
 
     # ------------------------------------------------------------------ images and UI
 

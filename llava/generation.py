@@ -20,7 +20,7 @@ from PIL import Image
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
-from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, tokenizer_image_token
+from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
 from llava.devices import default_device, default_dtype, resolve_device
 from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError
@@ -120,7 +120,7 @@ class LlavaGenerator:
 
         Args:
             questions: User-turn texts without image markers.
-            images: Per question, its PIL images.
+            images: Per question, its PIL images (or videos, :class:`llava.video.SampledVideo`, one marker each).
             config: Sampling options.
 
         Returns:
@@ -134,9 +134,11 @@ class LlavaGenerator:
         flat = [image for per_question in images for image in per_question]
         image_kwargs: dict[str, Any] = {"images": None, "image_sizes": None}
         if flat:
-            pixels, sizes = images_to_pixels(flat, self.image_processor, self.model.config, self.device, self.dtype)
+            # A video (llava.video.SampledVideo) is one item with one marker, tagged for the model (issue 23).
+            pixels, sizes, modalities = visuals_to_pixels(flat, self.image_processor, self.model.config, self.device, self.dtype)
             image_kwargs = {"images": pixels, "image_sizes": sizes}
-        if flat:  # a compressor that reads the question gets it
+            if modalities is not None:
+                image_kwargs["modalities"] = modalities
             image_kwargs.update(question_kwargs(self.model, self.tokenizer, prompts, self.conv_mode))
         output_ids = self.model.generate(
             input_ids, attention_mask=attention_mask, pad_token_id=self.pad_token_id, **image_kwargs, **config.generate_kwargs()

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from io import BytesIO
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from transformers import StoppingCriteria
@@ -416,6 +417,47 @@ def images_to_pixels(
     else:
         pixels = pixels.to(device, dtype=dtype)
     return pixels, [image.size for image in images]
+
+
+def process_video(frames: Any, image_processor: Any) -> torch.Tensor:
+    """``[F, 3, side, side]`` pixels of a video's frames, as LLaVA-NeXT prepares them: the processor on the frames
+    as one batch (``image_processor.preprocess(frames, return_tensors="pt")["pixel_values"]``), no padding, no AnyRes.
+
+    Args:
+        frames: ``[F, H, W, 3]`` uint8 RGB (a :class:`llava.video.SampledVideo`'s ``frames``), or a list of PIL images.
+        image_processor: The vision tower's processor.
+    """
+    if isinstance(frames, np.ndarray):
+        frames = [Image.fromarray(frame) for frame in frames]
+    return image_processor.preprocess(list(frames), return_tensors="pt")["pixel_values"]
+
+
+def visuals_to_pixels(
+    visuals: Sequence[Any], image_processor: Any, model_cfg: Any, device: Any, dtype: torch.dtype
+) -> tuple[Any, list[Any], list[str] | None]:
+    """:func:`images_to_pixels` for a mix of PIL images and videos (:class:`llava.video.SampledVideo`).
+
+    Returns:
+        ``(pixels, image_sizes, modalities)``. Without videos: exactly :func:`images_to_pixels` and ``None``.
+        With videos: one tensor per item (``[F, 3, side, side]`` for a video, the image's processed views
+        otherwise), each item's ``(width, height)`` and a ``"video"`` / ``"image"`` tag per item.
+    """
+    from llava.video import SampledVideo
+
+    if not any(isinstance(visual, SampledVideo) for visual in visuals):
+        pixels, sizes = images_to_pixels(visuals, image_processor, model_cfg, device, dtype)
+        return pixels, sizes, None
+    items, sizes, modalities = [], [], []
+    for visual in visuals:
+        if isinstance(visual, SampledVideo):
+            items.append(process_video(visual.frames, image_processor))
+            modalities.append("video")
+        else:
+            processed = process_images([visual], image_processor, model_cfg)
+            items.append(processed[0])
+            modalities.append("image")
+        sizes.append(visual.size)
+    return [item.to(device, dtype=dtype) for item in items], sizes, modalities
 
 
 def image_marker(model_cfg: Any) -> str:

@@ -26,7 +26,8 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -329,11 +330,59 @@ def set_aside(path: PathLike, keep: list[str], damaged: list[str]) -> Path | Non
     return rejected
 
 
-def read_jsonl_resumable(path: PathLike, *, what: str = "output file") -> tuple[list[dict[str, Any]], Path | None, int]:
+@dataclass
+class JsonlScan:
+    """A resumable JSONL output as :func:`scan_jsonl` found it.
+
+    Attributes:
+        records: The intact JSON objects, in file order.
+        lines: Their lines (with line ends as found).
+        numbers: Their line numbers, counting from 1.
+        damaged: The damaged lines, in file order.
+    """
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+
+
+def scan_jsonl(path: PathLike, *, accept: Callable[[dict[str, Any]], bool] | None = None) -> JsonlScan:
+    """Read a resumable JSONL output without changing it (the read-only half of :func:`read_jsonl_resumable`).
+
+    Args:
+        path: The JSONL file; a missing file reads as empty.
+        accept: Also counts a JSON object as damaged when it returns False (e.g. an object without the id a
+            resumable run keys its lines by).
+    """
+    target = _path(path)
+    scan = JsonlScan()
+    if not target.is_file():
+        return scan
+    with target.open(encoding="utf-8", errors="surrogateescape") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict) and (accept is None or accept(record)):
+                scan.records.append(record)
+                scan.lines.append(line)
+                scan.numbers.append(number)
+            else:
+                scan.damaged.append(line)
+    return scan
+
+
+def read_jsonl_resumable(
+    path: PathLike, *, what: str = "output file", accept: Callable[[dict[str, Any]], bool] | None = None
+) -> tuple[list[dict[str, Any]], Path | None, int]:
     """Read a JSONL output that a run appends to, setting damaged lines aside instead of dropping them.
 
-    A line that is not a JSON object (a write cut off by a kill, a hand edit) moves to ``<path>.rejected``
-    (:func:`set_aside`); every intact line, before and after it, stays.
+    A line that is not a JSON object (a write cut off by a kill, a hand edit), or one ``accept`` refuses, moves to
+    ``<path>.rejected`` (:func:`set_aside`); every intact line, before and after it, stays.
 
     Returns:
         ``(records, the .rejected file or None, number of lines set aside)``; ``([], None, 0)`` for a missing file.
@@ -341,29 +390,15 @@ def read_jsonl_resumable(path: PathLike, *, what: str = "output file") -> tuple[
     target = _path(path)
     if not target.is_file():
         return [], None, 0
-    records: list[dict[str, Any]] = []
-    keep: list[str] = []
-    damaged: list[str] = []
-    with target.open(encoding="utf-8", errors="surrogateescape") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if isinstance(record, dict):
-                records.append(record)
-                keep.append(line)
-            else:
-                damaged.append(line)
+    scan = scan_jsonl(target, accept=accept)
     rejected = None
-    if damaged or (keep and not keep[-1].endswith("\n")):  # a next append must start on a line of its own
-        rejected = set_aside(target, keep, damaged)
-    return records, rejected, len(damaged)
+    if scan.damaged or (scan.lines and not scan.lines[-1].endswith("\n")):  # a next append must start on a line of its own
+        rejected = set_aside(target, scan.lines, scan.damaged)
+    return scan.records, rejected, len(scan.damaged)
 
 
 __all__ = [
+    "JsonlScan",
     "MARKER",
     "REJECTED_SUFFIX",
     "atomic_folder",
@@ -377,6 +412,7 @@ __all__ = [
     "read_jsonl_resumable",
     "rejected_path",
     "same_file",
+    "scan_jsonl",
     "set_aside",
     "write_json",
     "write_text",

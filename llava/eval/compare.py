@@ -11,8 +11,12 @@ Usage::
 
 ``--results NAME=PATH`` (repeatable; ``PATH`` alone names the run by its folder): a results folder as the
 ``scripts/v1_5/eval/*.sh`` scripts write it (``./playground/data/eval/results/$CKPT/<benchmark>.json``, each
-``{"benchmark", "score", "metric", ...}`` from the scorers' ``--output-json``; MM-Vet's ``mmvet.json`` is
-written by hand from the grader's total), or one JSON mapping benchmark → score (:mod:`llava.eval.summarize`).
+``{"benchmark", "score", "metric", ...}`` from the scorers' ``--output-json``; MM-Vet's ``mmvet.json`` from
+``llava.eval.eval_mmvet --output-json`` or by hand from another grader's total), or one JSON mapping benchmark →
+score (:mod:`llava.eval.summarize`). SEED and Q-Bench (``seed.json``, ``qbench.json``, ``qbench_zh.json``) are
+shown after the Table-1 columns and are not part of Acc.; any other ``*.json`` of a folder is named in a note as
+ignored. Outputs are checked before anything is read: ``--out``, ``--json`` and ``--figure`` must be files that
+are none of the inputs.
 
 Cost per run, first found of:
 
@@ -37,9 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from llava.eval.files import read_json, write_json
-from llava.eval.summarize import BENCHMARKS, PAPER_BASELINE_NAME, PAPER_VANILLA, load_scores, normalized_accuracy, ordered_benchmarks
-from llava.utils import setup_logging
+from llava.eval.files import atomic_output, guard_outputs, read_json, write_json, write_text
+from llava.eval.summarize import (
+    EXTRA_BENCHMARKS, PAPER_BASELINE_NAME, PAPER_VANILLA, column_label, input_files, load_scores, normalized_accuracy,
+    ordered_benchmarks, score_files,
+)
+from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +72,7 @@ class Run:
     latency_ms: float | None = None
     tokens: int | None = None
     cost_source: str = ""
+    ignored: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -87,10 +95,6 @@ class Comparison:
                       "pareto": r.name in self.front} for r in self.runs],
             "notes": self.notes,
         }
-
-
-def column_label(key: str) -> str:
-    return BENCHMARKS.get(key, key)
 
 
 # -- Pareto front ------------------------------------------------------------------------------------
@@ -120,7 +124,7 @@ def split_named(value: str) -> tuple[str, str]:
         path = value
         name = Path(value.rstrip("/")).name.removesuffix(".json")
     if not name or not path:
-        raise ValueError(f"expected NAME=PATH or PATH, got {value!r}")
+        raise UserError(f"--results/--cost/--checkpoint: expected NAME=PATH or PATH, got {value!r}")
     return name, path
 
 
@@ -149,8 +153,11 @@ def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int) -> d
     """Analytic prefill FLOPs of a checkpoint (:func:`llava.cost.pipeline.checkpoint_prefill_flops`)."""
     from llava.cost.pipeline import checkpoint_prefill_flops
 
-    if not (Path(checkpoint) / "config.json").is_file():
-        raise ValueError(f"checkpoint {os.fspath(checkpoint)!r} has no config.json")
+    config = Path(checkpoint) / "config.json"
+    if not config.is_file():
+        raise UserError(f"checkpoint {os.fspath(checkpoint)!r} has no config.json")
+    if not isinstance(read_json(config, what="checkpoint config"), Mapping):  # names the file when it does not parse
+        raise UserError(f"checkpoint config {os.fspath(config)!r} must hold a JSON object")
     flops = checkpoint_prefill_flops(checkpoint, prompt_tokens)
     return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", "")}
 
@@ -160,8 +167,10 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
     """A :class:`Run` from a results folder or scores JSON, with its cost (see the module docstring)."""
     scores = load_scores(results)
     if not scores:
-        raise ValueError(f"no benchmark scores found for run {name!r} in {os.fspath(results)!r} (expected files like gqa.json)")
+        raise UserError(f"no benchmark scores found for run {name!r} in {os.fspath(results)!r} (expected files like gqa.json)")
     run = Run(name=name, scores=scores)
+    if Path(results).is_dir():
+        run.ignored = [path.name for path in score_files(results)[1]]
     local = Path(results) / COST_FILE
     if cost is not None or local.is_file():
         source = cost if cost is not None else local
@@ -186,13 +195,13 @@ def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
     names = [run.name for run in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"run names must be unique, got {duplicates} more than once")
+        raise UserError(f"run names must be unique, got {duplicates} more than once")
     if vanilla == PAPER_BASELINE_NAME:
         reference = dict(PAPER_VANILLA)
     elif vanilla in names:
         reference = runs[names.index(vanilla)].scores
     else:
-        raise ValueError(f"--vanilla {vanilla!r} is not one of the runs {names} nor {PAPER_BASELINE_NAME!r}")
+        raise UserError(f"--vanilla {vanilla!r} is not one of the runs {names} nor {PAPER_BASELINE_NAME!r}")
     result = Comparison(runs=list(runs), vanilla=vanilla, benchmarks=ordered_benchmarks([r.scores for r in runs]))
     zero = [key for key, value in reference.items() if value == 0]
     if zero:  # a ratio to 0 is undefined: those benchmarks cannot enter anyone's Acc.
@@ -205,9 +214,15 @@ def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
             result.acc[run.name] = None
             result.notes.append(f"{run.name}: no Acc. ({exc})")
             continue
-        left_out = [key for key in result.benchmarks if key not in result.relative[run.name] and key not in zero]
+        left_out = [key for key in result.benchmarks
+                    if key not in result.relative[run.name] and key not in zero and key not in EXTRA_BENCHMARKS]
         if left_out:
             result.notes.append(f"{run.name}: Acc. over {len(result.relative[run.name])} benchmarks (missing {', '.join(left_out)})")
+        if run.ignored:
+            result.notes.append(f"{run.name}: ignored {', '.join(run.ignored)} (not benchmark score files)")
+    extra = [column_label(key) for key in result.benchmarks if key in EXTRA_BENCHMARKS]
+    if extra:
+        result.notes.append(f"{', '.join(extra)} shown, not in Acc. (the paper's Acc. is over its Table-1 benchmarks)")
     placed = [run for run in runs if run.flops is not None and result.acc[run.name] is not None]
     result.front = [placed[i].name for i in pareto_front([(run.flops, result.acc[run.name]) for run in placed])]
     return result
@@ -264,7 +279,7 @@ def plot_pareto(path: str | os.PathLike[str], result: Comparison, *, xlabel: str
 
     placed = [r for r in result.runs if r.flops is not None and result.acc.get(r.name) is not None]
     if not placed:
-        raise ValueError("no run has both FLOPs and Acc.; give costs with --cost, cost.json or --checkpoint")
+        raise UserError("no run has both FLOPs and Acc.; give costs with --cost, cost.json or --checkpoint")
     scale, unit = _flops_unit([r.flops for r in placed])
     figure, axes = plt.subplots(figsize=(6.5, 4.5))
     for run in placed:
@@ -285,9 +300,11 @@ def plot_pareto(path: str | os.PathLike[str], result: Comparison, *, xlabel: str
     axes.margins(x=0.15, y=0.1)
     figure.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    try:
+        with atomic_output(path, "wb") as handle:
+            figure.savefig(handle, dpi=120, format="png")
+    finally:
+        plt.close(figure)
     return path
 
 
@@ -296,7 +313,7 @@ def _named(values: Sequence[str] | None, flag: str, runs: Sequence[str]) -> dict
     out = dict(split_named(v) for v in values or [])
     unknown = sorted(set(out) - set(runs))
     if unknown:
-        raise ValueError(f"{flag} names {unknown}, which are not runs given with --results ({list(runs)})")
+        raise UserError(f"{flag} names {unknown}, which are not runs given with --results ({list(runs)})")
     return out
 
 
@@ -319,22 +336,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Comparison:
     args = build_parser().parse_args(argv)
     setup_logging()
-    try:
-        named = [split_named(v) for v in args.results]
-        names = [name for name, _ in named]
-        costs = _named(args.cost, "--cost", names)
-        checkpoints = _named(args.checkpoint, "--checkpoint", names)
-        runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens) for name, path in named]
-        result = compare(runs, args.vanilla)
-        table = format_table(result)
-        if args.figure:
-            plot_pareto(args.figure, result)
-    except (ValueError, FileNotFoundError) as exc:
-        raise SystemExit(f"compare: {exc}") from None
+    named = [split_named(v) for v in args.results]
+    names = [name for name, _ in named]
+    costs = _named(args.cost, "--cost", names)
+    checkpoints = _named(args.checkpoint, "--checkpoint", names)
+    inputs: dict[str, Any] = {}
+    for name, path in named:
+        inputs.update({f"--results {name} ({file.name})": file for file in input_files(path)})
+    inputs.update({f"--cost {name}": path for name, path in costs.items()})
+    inputs.update({f"--checkpoint {name}": path for name, path in checkpoints.items()})
+    guard_outputs(inputs=inputs, files={"--out": args.out, "--json": args.json, "--figure": args.figure})
+    runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens) for name, path in named]
+    result = compare(runs, args.vanilla)
+    table = format_table(result)
+    if args.figure:
+        plot_pareto(args.figure, result)
     print(table)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(table + "\n", encoding="utf-8")
+        write_text(args.out, table + "\n")
     if args.json:
         write_json(args.json, result.as_dict())
     for path in (args.out, args.json, args.figure):
@@ -344,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> Comparison:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))
 
 
 __all__ = ["Comparison", "Run", "compare", "format_table", "load_run", "main", "pareto_front", "plot_pareto", "read_cost", "split_named"]

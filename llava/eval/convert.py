@@ -13,6 +13,11 @@ Each function has a command-line twin with upstream's flags; ``scripts/convert_*
 
 VQAv2 and VizWiz answers are normalised with :class:`~llava.eval.m4c_evaluator.EvalAIAnswerProcessor`; GQA
 predictions lose trailing periods and are lower-cased; SEED accuracy is an exact letter match.
+
+Every converter checks its inputs and outputs before reading (:func:`llava.outputs.guard_outputs`), refuses two
+answers to one question (by ``question_id``, with ``round_id`` for MMBench; naming both lines) and a question file
+of another benchmark (naming the fields it expects). Upstream's VQAv2 and VizWiz converters skip unreadable
+answer lines and count them; so do these.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from llava.eval.files import atomic_output, check_outputs, read_json, read_jsonl, read_jsonl_lenient, write_json, write_score, write_text
+from llava.eval.files import (
+    QUESTION_ID, atomic_output, check_records, guard_outputs, read_answers, read_json, read_jsonl, report_missing, write_json,
+    write_score, write_text,
+)
 from llava.eval.m4c_evaluator import EvalAIAnswerProcessor
-from llava.utils import setup_logging
+from llava.utils import UserError, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +49,10 @@ def _parser(description: str) -> argparse.ArgumentParser:
 
 def convert_gqa(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Write GQA's prediction list: ``text.rstrip(".").lower()`` per answer, in file order."""
-    check_outputs({"--src": src}, {"--dst": dst})
+    guard_outputs(inputs={"--src": src}, files={"--dst": dst})
     predictions = [
         {"questionId": answer["question_id"], "prediction": answer["text"].rstrip(".").lower()}
-        for answer in read_jsonl(src, what="answers file")
+        for answer in read_answers(src, by_prompt=False)
     ]
     write_json(dst, predictions, indent=None)
     return predictions
@@ -69,8 +77,8 @@ def gqa_main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
 def convert_mmvet(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> dict[str, str]:
     """Write the MM-Vet judge's input: ``{"v1_<question_id>": answer text}``."""
-    check_outputs({"--src": src}, {"--dst": dst})
-    results = {f"v1_{answer['question_id']}": answer["text"] for answer in read_jsonl(src, what="answers file")}
+    guard_outputs(inputs={"--src": src}, files={"--dst": dst})
+    results = {f"v1_{answer['question_id']}": answer["text"] for answer in read_answers(src, by_prompt=False)}
     write_json(dst, results, indent=2)
     return results
 
@@ -86,11 +94,13 @@ def convert_vqav2(
     result_file: str | os.PathLike[str], test_file: str | os.PathLike[str], dst: str | os.PathLike[str]
 ) -> list[dict[str, Any]]:
     """Write the EvalAI upload for every question of ``test_file``; unanswered questions get ``""``."""
-    check_outputs({"answers": result_file, "test questions": test_file}, {"upload": dst})
-    answers, bad_lines = read_jsonl_lenient(result_file)
-    by_id = {answer["question_id"]: answer["text"] for answer in answers}
-    questions = read_jsonl(test_file, what="VQAv2 test question file")
-    logger.info("total results: %d, total split: %d, error_line: %d", len(by_id), len(questions), bad_lines)
+    guard_outputs(inputs={"answers (--dir --split --ckpt)": result_file, "test questions (--dir)": test_file},
+                  files={"upload (--dir --split --ckpt)": dst})
+    bad_lines: list[int] = []
+    by_id = {answer["question_id"]: answer["text"] for answer in read_answers(result_file, by_prompt=False, unreadable=bad_lines)}
+    questions = check_records(read_jsonl(test_file, what="VQAv2 test question file"), {"question_id": QUESTION_ID},
+                              f"VQAv2 test question file {os.fspath(test_file)!r}", "upstream's llava_vqav2_mscoco_test2015.jsonl")
+    logger.info("total results: %d, total split: %d, error_line: %d", len(by_id), len(questions), len(bad_lines))
     processor = EvalAIAnswerProcessor()
     upload = [
         {
@@ -99,9 +109,7 @@ def convert_vqav2(
         }
         for question in questions
     ]
-    unanswered = sum(1 for question in questions if question["question_id"] not in by_id)
-    if unanswered:
-        logger.warning("VQAv2: %d of %d questions have no answer; submitted as ''", unanswered, len(questions))
+    report_missing("VQAv2", [question["question_id"] for question in questions], by_id, "they are submitted as ''")
     write_json(dst, upload, indent=None)
     return upload
 
@@ -132,14 +140,16 @@ def convert_vizwiz(
     Raises:
         ValueError: If a question has no answer (the server needs all of them), or the upload file is an input.
     """
-    check_outputs({"--annotation-file": annotation_file, "--result-file": result_file}, {"--result-upload-file": upload_file})
-    answers, bad_lines = read_jsonl_lenient(result_file)
-    by_id = {answer["question_id"]: answer["text"] for answer in answers}
-    questions = read_jsonl(annotation_file, what="VizWiz question file")
-    logger.info("total results: %d, total split: %d, error_line: %d", len(by_id), len(questions), bad_lines)
+    guard_outputs(inputs={"--annotation-file": annotation_file, "--result-file": result_file},
+                  files={"--result-upload-file": upload_file})
+    bad_lines: list[int] = []
+    by_id = {answer["question_id"]: answer["text"] for answer in read_answers(result_file, by_prompt=False, unreadable=bad_lines)}
+    questions = check_records(read_jsonl(annotation_file, what="VizWiz question file"), {"question_id": QUESTION_ID, "image": str},
+                              f"VizWiz question file {os.fspath(annotation_file)!r}", "upstream's llava_test.jsonl")
+    logger.info("total results: %d, total split: %d, error_line: %d", len(by_id), len(questions), len(bad_lines))
     missing = [question["question_id"] for question in questions if question["question_id"] not in by_id]
     if missing:
-        raise ValueError(
+        raise UserError(
             f"VizWiz: {len(missing)} questions have no answer in {os.fspath(result_file)!r} "
             f"(first: {missing[0]!r}); the upload needs every question"
         )
@@ -197,6 +207,22 @@ def score_seed(annotation: dict[str, Any], results: dict[Any, dict[str, Any]], d
     }
 
 
+def load_seed_annotation(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``SEED-Bench.json``, checked: ``{"questions": [{"question_id", "question_type_id", "data_type", "answer"}],
+    "question_type": {name: id}}``.
+
+    Raises:
+        UserError: For a file of another shape, naming the fields expected.
+    """
+    document = read_json(path, what="SEED-Bench annotation file")
+    where = f"SEED-Bench annotation file {os.fspath(path)!r}"
+    if not isinstance(document, dict) or not isinstance(document.get("question_type"), dict):
+        raise UserError(f"{where} must be SEED-Bench.json, an object with 'questions' and 'question_type' (name -> id)")
+    check_records(document.get("questions"), {"question_id": QUESTION_ID, "question_type_id": (int, str), "data_type": str,
+                                              "answer": str}, where, "SEED-Bench.json's 'questions'")
+    return document
+
+
 def convert_seed(
     annotation_file: str | os.PathLike[str], result_file: str | os.PathLike[str], upload_file: str | os.PathLike[str]
 ) -> dict[str, Any]:
@@ -205,9 +231,10 @@ def convert_seed(
     Raises:
         ValueError: If a question has no answer (after the scores are computed), or the upload file is an input.
     """
-    check_outputs({"--annotation-file": annotation_file, "--result-file": result_file}, {"--result-upload-file": upload_file})
-    annotation = read_json(annotation_file, what="SEED-Bench annotation file")
-    results = {answer["question_id"]: answer for answer in read_jsonl(result_file, what="answers file")}
+    guard_outputs(inputs={"--annotation-file": annotation_file, "--result-file": result_file},
+                  files={"--result-upload-file": upload_file})
+    annotation = load_seed_annotation(annotation_file)
+    results = {answer["question_id"]: answer for answer in read_answers(result_file, by_prompt=False)}
     scores = {
         "all": score_seed(annotation, results),
         "image": score_seed(annotation, results, "image"),
@@ -217,7 +244,8 @@ def convert_seed(
     for question in annotation["questions"]:
         answer = _lookup(results, question["question_id"])
         if answer is None:
-            raise ValueError(f"SEED question {question['question_id']!r} has no answer in {os.fspath(result_file)!r}")
+            raise UserError(f"SEED question {question['question_id']!r} has no answer in {os.fspath(result_file)!r}; "
+                            "the upload needs every question (answer the missing ones: re-running seed.sh resumes)")
         lines.append(json.dumps({"question_id": question["question_id"], "prediction": answer["text"]}))
     write_text(upload_file, "".join(line + "\n" for line in lines))
     return scores
@@ -231,6 +259,8 @@ def seed_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--output-json", "--output_json", dest="output_json", default=None)
     args = parser.parse_args(argv)
     setup_logging()
+    guard_outputs(inputs={"--annotation-file": args.annotation_file, "--result-file": args.result_file},
+                  files={"--result-upload-file": args.result_upload_file, "--output-json": args.output_json})
     scores = convert_seed(args.annotation_file, args.result_file, args.result_upload_file)
     for name, accuracy in scores["all"]["types"].items():
         print(f"{name}: {accuracy:.2f}%")
@@ -271,17 +301,24 @@ def convert_mmbench(
         raise ImportError("writing the MMBench submission needs pandas and openpyxl (pip install -e '.[eval]')") from None
     target = Path(upload_dir) / f"{experiment}.xlsx"
     answers = Path(result_dir) / f"{experiment}.jsonl"
-    check_outputs({"--annotation-file": annotation_file, "--result-dir answers": answers}, {"--upload-dir spreadsheet": target})
-    table = pd.read_table(annotation_file)
+    guard_outputs(inputs={"--annotation-file": annotation_file, "--result-dir answers": answers},
+                  files={"--upload-dir spreadsheet": target})
+    try:
+        table = pd.read_table(annotation_file)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise UserError(f"--annotation-file {os.fspath(annotation_file)!r} is not a readable TSV table ({error})") from None
+    if "index" not in table.columns:
+        raise UserError(f"--annotation-file {os.fspath(annotation_file)!r} is not an MMBench table: it has no 'index' column "
+                        f"(columns: {list(table.columns)[:8]})")
     upload = table.drop(columns=[column for column in _MMBENCH_DROPPED if column in table.columns])
     upload.insert(min(6, len(upload.columns)), "prediction", None)
     predictions: dict[Any, str] = {}
-    for answer in read_jsonl(answers, what="answers file"):
+    # One line per question and round; upstream keeps the last round's text for a question.
+    for answer in read_answers(answers, by_prompt=False):
         predictions[answer["question_id"]] = answer["text"]
     upload["prediction"] = [predictions.get(index) for index in table["index"]]
-    unanswered = int(upload["prediction"].isna().sum())
-    if unanswered:
-        logger.warning("MMBench: %d of %d questions have no prediction", unanswered, len(upload))
+    report_missing("MMBench", [index.item() if hasattr(index, "item") else index for index in table["index"]], predictions,
+                   "their prediction cell is left empty")
     with atomic_output(target, "wb") as handle:
         upload.to_excel(handle, index=False, engine="openpyxl")
     return target

@@ -20,11 +20,15 @@ Per question (matched by ``question_id`` in both answer files; the first is the 
 answers) the judge gets the image's context (its ``caption`` lines), the question, both answers and the
 category's instruction from the rule table (``llava_bench_<category>`` -> ``{"role", "prompt"}``), at
 temperature 0.2. The first line of its reply holds the two scores; a reply without them is recorded as
-``[-1, -1]``. Output lines: ``{"id", "question_id", "answer1_id", "answer2_id", "category", "content",
-"tuple"}``, one per question, appended and flushed as they come, so a rerun resumes with the questions that
-have no review yet. ``OUTPUT.meta.json`` records the judge (endpoint, model, token limit) and a hash of the
-rule table and of both answer files: resuming after any of them changed is refused until ``--overwrite``. Rate limits (HTTP 429), server errors and dropped connections are retried with growing
-pauses (``--max-retries``); other refusals (a bad key, an unknown model) stop at once with one sentence.
+``[-1, -1]``, as upstream (``summarize_gpt_review`` leaves such reviews out and counts them). Output lines:
+``{"id", "question_id", "answer1_id", "answer2_id", "category", "content", "tuple"}``, one per question, appended
+and flushed as they come, so a rerun resumes with the questions that have no review yet; a damaged line moves
+to ``OUTPUT.rejected`` (named in the log) and its question is asked again, every intact review stays.
+``OUTPUT.meta.json`` records the judge (endpoint, model, token limit) and a hash of the
+rule table and of both answer files: resuming after any of them changed is refused until ``--overwrite``.
+Rate limits (HTTP 429), server errors, dropped connections and missed deadlines are retried with growing
+pauses (``--max-retries``), each call within ``--judge-timeout`` seconds in all; other refusals (a bad key, an
+unknown model, a redirect to another origin, a reply over 1 MiB) stop at once with one sentence.
 Summarise with ``python -m llava.eval.summarize_gpt_review -f OUTPUT``.
 """
 
@@ -39,9 +43,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llava.eval.files import check_outputs, read_json, read_jsonl
-from llava.eval.judge import JudgeClient, judge_from_env
+from llava.eval.files import read_json, read_jsonl
+from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance
+from llava.outputs import guard_outputs, read_jsonl_resumable
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -81,23 +86,15 @@ def _by_question(path: str, what: str) -> dict[Any, dict[str, Any]]:
 
 
 def _done(output: Path) -> set[Any]:
-    """Question ids already reviewed in ``output`` (a half-written last line is dropped)."""
-    if not output.is_file():
-        return set()
-    lines = output.read_bytes().split(b"\n")
-    done, keep = set(), 0
-    for raw in lines:
-        if not raw.strip():
-            continue
-        try:
-            done.add(json.loads(raw)["question_id"])
-        except (ValueError, KeyError, TypeError):
-            break  # an interrupted write: keep what came before
-        keep += len(raw) + 1
-    if keep < output.stat().st_size:
-        with output.open("r+b") as handle:
-            handle.truncate(keep)
-    return done
+    """Question ids already reviewed in ``output``.
+
+    A damaged line (a write cut short by a kill, a hand edit) moves to ``OUTPUT.rejected`` and its question is
+    asked again; every intact review, before and after it, stays (``llava.outputs.read_jsonl_resumable``).
+    """
+    records, rejected, damaged = read_jsonl_resumable(output, what="review file")
+    if damaged:
+        logger.warning("%d damaged line(s) of %s moved to %s; those questions are reviewed again", damaged, output, rejected)
+    return {record["question_id"] for record in records if "question_id" in record}
 
 
 def _digest(path: str) -> str:
@@ -116,10 +113,12 @@ def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str,
     """Review every question without a review in ``args.output``; returns the new review records."""
     if len(args.answer_list) != 2:
         raise UserError(f"--answer-list takes two answer files (reference, then model), got {len(args.answer_list)}")
-    check_outputs({"--question": args.question, "--context": args.context, "--rule": args.rule,
-                   "--answer-list reference": args.answer_list[0], "--answer-list model": args.answer_list[1]},
-                  {"--output": args.output})
+    inputs = {"--question": args.question, "--context": args.context, "--rule": args.rule,
+              "--answer-list reference": args.answer_list[0], "--answer-list model": args.answer_list[1]}
+    guard_outputs(inputs=inputs, files={"--output": args.output})  # before anything is read or the judge is asked
     questions = read_jsonl(args.question, what="question file")
+    if not questions:
+        raise UserError(f"the question file {args.question!r} holds no questions; point --question at LLaVA-Bench's questions.jsonl")
     contexts = {record["image"]: record for record in read_jsonl(args.context, what="context file")}
     rules = read_json(args.rule, what="rule table")
     reference, model = (_by_question(path, "answers file") for path in args.answer_list)
@@ -171,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=1024, help="longest review the judge may write")
     parser.add_argument("--judge-model", default=None, help=f"default: $LLAVA_JUDGE_MODEL or {DEFAULT_JUDGE}")
     parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
+    parser.add_argument("--judge-timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help="seconds one judge call may take in all, however slowly the endpoint answers")
     parser.add_argument("--overwrite", action="store_true", help="review everything again instead of resuming")
     return parser
 
@@ -178,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
     setup_logging()
-    return run_reviews(args, judge_from_env(args.judge_model, DEFAULT_JUDGE, max_retries=args.max_retries))
+    client = judge_from_env(args.judge_model, DEFAULT_JUDGE, max_retries=args.max_retries, timeout=args.judge_timeout)
+    return run_reviews(args, client)
 
 
 __all__ = ["JudgeClient", "build_parser", "main", "parse_score", "review_prompt", "run_reviews"]

@@ -11,6 +11,9 @@ correct when the prediction string equals its ``answer``; a question without a p
 official script stops instead). Accuracy is also broken down by the ``types.structural`` field. The official
 script's other metrics (consistency, validity, plausibility, grounding, distribution) need scene graphs and
 choices and are not computed here; run ``eval/eval.py --tier testdev_balanced`` for those.
+
+Predictions are told apart by ``questionId``: two predictions for one question are refused. Unanswered questions
+are reported (count and first ids) and count as wrong.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import logging
 import os
 from typing import Any, Sequence
 
-from llava.eval.files import check_outputs, read_json, write_score
-from llava.utils import cli_main, setup_logging
+from llava.eval.files import QUESTION_ID, check_records, guard_outputs, ordinal, read_json, report_missing, write_score
+from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +36,23 @@ def score(questions: dict[str, dict[str, Any]], predictions: Sequence[dict[str, 
         ``{"accuracy", "questions", "unanswered", "structural": {type: accuracy}}``.
 
     Raises:
-        ValueError: If no balanced question is found.
+        UserError: If no balanced question is found, or two predictions are for one question.
     """
-    predicted = {str(entry["questionId"]): entry["prediction"] for entry in predictions}
-    correct = total = unanswered = 0
+    predicted: dict[str, Any] = {}
+    for number, entry in enumerate(predictions, start=1):
+        key = str(entry["questionId"])
+        if key in predicted:
+            raise UserError(f"GQA predictions: the {ordinal(number)} prediction repeats question {key!r}; "
+                            "each question must be answered once (were two answers files merged twice?)")
+        predicted[key] = entry["prediction"]
+    correct = total = 0
+    balanced: list[str] = []
     per_type: dict[str, list[int]] = {}
     for question_id, question in questions.items():
         if not question.get("isBalanced", True):
             continue
+        balanced.append(str(question_id))
         prediction = predicted.get(str(question_id))
-        unanswered += prediction is None
         hit = int(prediction is not None and prediction == question["answer"])
         correct += hit
         total += 1
@@ -52,15 +62,27 @@ def score(questions: dict[str, dict[str, Any]], predictions: Sequence[dict[str, 
             tally[0] += hit
             tally[1] += 1
     if total == 0:
-        raise ValueError("the GQA question file has no balanced questions")
-    if unanswered:
-        logger.warning("GQA: %d of %d questions have no prediction (counted wrong)", unanswered, total)
+        raise UserError("the GQA question file has no balanced questions")
+    unanswered = report_missing("GQA", balanced, predicted, "they count as wrong")
     return {
         "accuracy": 100.0 * correct / total,
         "questions": total,
-        "unanswered": unanswered,
+        "unanswered": len(unanswered),
         "structural": {name: 100.0 * c / n for name, (c, n) in sorted(per_type.items())},
     }
+
+
+def load_questions(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """GQA's question file (``{question id: {"answer", "isBalanced", "types", ...}}``), checked.
+
+    Raises:
+        UserError: If it is not a mapping of question ids to objects with an ``answer``.
+    """
+    questions = read_json(path, what="GQA question file")
+    if not isinstance(questions, dict) or any(not isinstance(entry, dict) or "answer" not in entry for entry in questions.values()):
+        raise UserError(f"GQA question file {os.fspath(path)!r} must map question ids to objects with an 'answer' "
+                        "(GQA's testdev_balanced_questions.json); is it the file of another benchmark?")
+    return questions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    check_outputs({"--questions": args.questions, "--predictions": args.predictions}, {"--output-json": args.output_json})
     setup_logging()
-    result = score(
-        read_json(args.questions, what="GQA question file"), read_json(args.predictions, what="GQA predictions")
-    )
+    guard_outputs(inputs={"--questions": args.questions, "--predictions": args.predictions}, files={"--output-json": args.output_json})
+    predictions = check_records(read_json(args.predictions, what="GQA predictions"), {"questionId": QUESTION_ID, "prediction": str},
+                                f"GQA predictions {args.predictions!r}", "written by scripts/convert_gqa_for_eval.py")
+    result = score(load_questions(args.questions), predictions)
     print(f"Accuracy: {result['accuracy']:.2f}% ({result['questions']} questions)")
     for name, accuracy in result["structural"].items():
         print(f"  {name}: {accuracy:.2f}%")

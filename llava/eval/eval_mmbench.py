@@ -11,7 +11,9 @@ an option by its letter (``"B"``, ``"B."``, ``"(B)"``, ``"B. text"``; a bare ``"
 space is read as the article, not a letter) or by repeating an option's text;
 the letter refers to the options as shown in that round (answers record them in ``options``). A
 question is correct when every round answered for it is correct (MMBench's circular evaluation when the
-loader ran with ``--all-rounds``; plain accuracy otherwise).
+loader ran with ``--all-rounds``; plain accuracy otherwise). Answers are told apart by ``question_id`` and
+``round_id``: two answers to one round are refused, naming both lines. Rows of the table without an answer are
+reported (count and first indices; ``missing`` in the JSON) and count as wrong, as on the server.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import re
 import string
 from typing import Any, Sequence
 
-from llava.eval.files import check_outputs, is_missing, read_jsonl, read_tsv, require_keys, write_score
-from llava.utils import cli_main, setup_logging
+from llava.eval.files import guard_outputs, is_missing, read_answers, read_tsv, report_missing, write_score
+from llava.utils import UserError, cli_main, setup_logging
 
 LETTERS = tuple(string.ascii_uppercase)
 _LEADING_LETTER = re.compile(r"^\(?([A-Z])(?:$|[\.\):：])")
@@ -42,35 +44,54 @@ def extract_choice(text: str, options: Sequence[str]) -> int | None:
     return None
 
 
+def load_table(annotation_file: str) -> dict[Any, dict[str, Any]]:
+    """The MMBench table's rows by ``index``, checked to be an MMBench table with answers.
+
+    Raises:
+        UserError: If the table lacks the ``index`` or ``answer`` column (a test split is scored on the server).
+    """
+    rows = read_tsv(annotation_file, what="MMBench table")
+    columns = set(rows[0]) if rows else set()
+    if "index" not in columns or "question" not in columns:
+        raise UserError(f"MMBench table {annotation_file!r} needs the columns 'index', 'question', 'A', 'B', ... "
+                        f"(MMBench's TSV), got {sorted(columns)}")
+    if "answer" not in columns:
+        raise UserError(f"MMBench table {annotation_file!r} has no 'answer' column; score it on the server")
+    return {_native(row["index"]): row for row in rows}
+
+
+def _native(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
 def evaluate(annotation_file: str, result_file: str) -> dict[str, Any]:
     """Circular accuracy (percent) of an answers file against an MMBench table with an ``answer`` column.
 
     Raises:
-        ValueError: If the table has no answers, or an answer's index is not in the table.
+        UserError: If an answer's index is not in the table, two answers are to one round, or a row has no answer.
     """
-    rows = {row["index"]: row for row in read_tsv(annotation_file, what="MMBench table")}
-    if rows and "answer" not in next(iter(rows.values())):
-        raise ValueError(f"MMBench table {annotation_file!r} has no 'answer' column; score it on the server")
+    rows = load_table(annotation_file)
     per_question: dict[Any, list[bool]] = {}
-    for answer in read_jsonl(result_file, what="answers file"):
-        require_keys(answer, ("question_id", "text", "options"), f"answer {answer.get('question_id')!r}")
+    for answer in read_answers(result_file, by_prompt=False, fields={"text": str, "options": list}):
         row = rows.get(answer["question_id"])
         if row is None:
-            raise ValueError(f"answer {answer['question_id']!r} is not a row of {annotation_file!r}")
-        if is_missing(row["answer"]):
-            raise ValueError(f"MMBench row {answer['question_id']!r} has no answer")
+            raise UserError(f"answer {answer['question_id']!r} is not a row of {annotation_file!r}")
+        if is_missing(row["answer"]) or str(row["answer"]) not in row:
+            raise UserError(f"MMBench row {answer['question_id']!r} has no answer letter naming one of its options")
         truth = row[row["answer"]]
         choice = extract_choice(answer["text"], answer["options"])
         per_question.setdefault(answer["question_id"], []).append(
             choice is not None and answer["options"][choice] == truth
         )
     if not per_question:
-        raise ValueError(f"answers file {result_file!r} has no answers")
+        raise UserError(f"answers file {result_file!r} has no answers")
+    missing = report_missing("MMBench", list(rows), per_question, "they count as wrong")
     correct = sum(all(rounds) for rounds in per_question.values())
     return {
-        "accuracy": 100.0 * correct / len(per_question),
-        "questions": len(per_question),
+        "accuracy": 100.0 * correct / len(rows),
+        "questions": len(rows),
         "rounds": sum(len(rounds) for rounds in per_question.values()),
+        "missing": missing,
     }
 
 
@@ -85,13 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    check_outputs({"--annotation-file": args.annotation_file, "--result-file": args.result_file}, {"--output-json": args.output_json})
     setup_logging()
+    guard_outputs(inputs={"--annotation-file": args.annotation_file, "--result-file": args.result_file},
+                  files={"--output-json": args.output_json})
     result = evaluate(args.annotation_file, args.result_file)
     print(f"Questions: {result['questions']} ({result['rounds']} rounds), Accuracy: {result['accuracy']:.2f}%")
     return write_score(
         args.output_json, "mmbench" if args.lang == "en" else "mmbench_cn", result["accuracy"],
         "local circular accuracy (%) on a dev split", questions=result["questions"], rounds=result["rounds"],
+        missing=result["missing"],
         result_file=os.fspath(args.result_file),
     )
 

@@ -13,7 +13,12 @@ spaces where the benchmark file has two), and is looked up in ``MME_Benchmark_re
 ground truth. Each ``eval_tool/answers/M/<category>.txt`` line is ``<image>.txt, question, gt, prediction``,
 tab-separated. Unlike upstream, the two questions of an image are written next to each other even if the
 answers file was merged from chunks in another order, and tabs/newlines in a prediction become spaces
-(upstream would write a line the tool cannot split).
+(upstream would write a line the tool cannot split). Each image has two questions under one id, so answers are
+told apart by ``question_id`` and ``prompt``, as upstream's converter pairs them: two answers to one question are
+refused, naming both lines. A question of an answered category without an answer is reported and written with an
+empty prediction, which counts as wrong (upstream's tool would pair the wrong lines); categories without any answer
+are left out of the totals, with a warning. The category folder is written as a whole: it replaces the one of an
+earlier run only when complete, and a category no longer answered does not linger in it.
 
 Scoring (MME's ``calculation.py``): a prediction is "yes"/"no" if it is exactly that, else by whether its
 first four characters contain "yes" (checked first) or "no", else "other" (wrong). Per task,
@@ -29,7 +34,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from llava.eval.files import check_outputs, read_jsonl, require_keys, write_score, write_text
+from llava.eval.files import read_answers, report_missing, write_score
+from llava.outputs import atomic_folder, guard_outputs
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -51,7 +57,7 @@ def load_ground_truth(benchmark_dir: str | os.PathLike[str]) -> dict[tuple[str, 
     """
     root = Path(benchmark_dir)
     if not root.is_dir():
-        raise FileNotFoundError(f"MME benchmark folder {os.fspath(root)!r} does not exist")
+        raise UserError(f"MME benchmark folder {os.fspath(root)!r} does not exist; put MME's {BENCHMARK_FOLDER} there")
     truth: dict[tuple[str, str, str], str] = {}
     for category_dir in sorted(path for path in root.iterdir() if path.is_dir()):
         qa_dir = category_dir / "questions_answers_YN" if (category_dir / "images").is_dir() else category_dir
@@ -61,7 +67,7 @@ def load_ground_truth(benchmark_dir: str | os.PathLike[str]) -> dict[tuple[str, 
                     continue
                 fields = line.strip().split("\t")
                 if len(fields) != 2:
-                    raise ValueError(f"{os.fspath(qa_file)!r} line {number} is not 'question<TAB>answer'")
+                    raise UserError(f"{os.fspath(qa_file)!r} line {number} is not 'question<TAB>answer'")
                 truth[(category_dir.name, qa_file.name, fields[0])] = fields[1]
     return truth
 
@@ -79,35 +85,39 @@ def _mme_question(prompt: str, category: str, qa_file: str, truth: dict) -> str:
 def convert_answers(
     answers_file: str | os.PathLike[str], benchmark_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str]
 ) -> dict[str, int]:
-    """Write ``output_dir/<category>.txt`` for every category in the answers file.
+    """Write ``output_dir/<category>.txt`` for every category in the answers file (the folder as a whole).
 
     Returns:
         ``{category: number of lines written}``.
 
     Raises:
-        ValueError: If an answer's question is not in the benchmark's ground truth.
+        UserError: If an answer's question is not in the benchmark's ground truth, or two answers are to one question.
     """
     truth = load_ground_truth(benchmark_dir)
-    per_category: dict[str, dict[str, list[str]]] = {}
-    for answer in read_jsonl(answers_file, what="answers file"):
-        require_keys(answer, ("question_id", "prompt", "text"), f"answer {answer.get('question_id')!r}")
+    per_category: dict[str, dict[str, dict[str, str]]] = {}
+    for answer in read_answers(answers_file, by_prompt=True):
         question_id = str(answer["question_id"])
         category = question_id.split("/")[0]
         qa_file = question_id.split("/")[-1].split(".")[0] + ".txt"
         question = _mme_question(answer["prompt"], category, qa_file, truth)
         if (category, qa_file, question) not in truth:
-            raise ValueError(
+            raise UserError(
                 f"answer {question_id!r}: question {question!r} is not in {category}/{qa_file} of the MME benchmark"
             )
-        prediction = " ".join(answer["text"].replace("\t", " ").splitlines())
-        line = "\t".join((qa_file, question, truth[(category, qa_file, question)], prediction))
-        per_category.setdefault(category, {}).setdefault(qa_file, []).append(line)
-    out = Path(output_dir)
+        per_category.setdefault(category, {}).setdefault(qa_file, {})[question] = " ".join(answer["text"].replace("\t", " ").splitlines())
+    expected = [key for key in truth if key[0] in per_category]
+    answered = {(category, qa_file, question) for category, files in per_category.items()
+                for qa_file, questions in files.items() for question in questions}
+    missing = report_missing("MME", expected, answered, "they are written with an empty prediction and count as wrong")
+    for category, qa_file, question in missing:
+        per_category[category].setdefault(qa_file, {})[question] = ""
     written = {}
-    for category, by_image in per_category.items():
-        lines = [line for image_lines in by_image.values() for line in image_lines]
-        write_text(out / f"{category}.txt", "".join(line + "\n" for line in lines))
-        written[category] = len(lines)
+    with atomic_folder(output_dir, command="python -m llava.eval.eval_mme") as staging:
+        for category, by_image in per_category.items():
+            lines = ["\t".join((qa_file, question, truth[(category, qa_file, question)], prediction))
+                     for qa_file, questions in by_image.items() for question, prediction in questions.items()]
+            (staging / f"{category}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            written[category] = len(lines)
     return written
 
 
@@ -139,19 +149,19 @@ def score_task(lines: Sequence[str], task: str = "task") -> dict[str, float]:
     for number, line in enumerate(lines, start=1):
         fields = line.rstrip("\n").split("\t")
         if len(fields) != 4:
-            raise ValueError(f"MME {task}.txt line {number} has {len(fields)} tab-separated fields, expected 4")
+            raise UserError(f"MME {task}.txt line {number} has {len(fields)} tab-separated fields, expected 4")
         image, _question, truth, prediction = fields
         truth = truth.lower()
         if truth not in ("yes", "no"):
-            raise ValueError(f"MME {task}.txt line {number}: ground truth {truth!r} is not yes/no")
+            raise UserError(f"MME {task}.txt line {number}: ground truth {truth!r} is not yes/no")
         parsed = parse_pred_ans(prediction.lower())
         other += parsed == "other"
         per_image.setdefault(image, []).append(parsed == truth)
     if not per_image:
-        raise ValueError(f"MME {task}.txt has no answers")
+        raise UserError(f"MME {task}.txt has no answers")
     for image, results in per_image.items():
         if len(results) != 2:
-            raise ValueError(f"MME {task}: image {image!r} has {len(results)} questions, expected 2")
+            raise UserError(f"MME {task}: image {image!r} has {len(results)} questions, expected 2")
     questions = sum(len(results) for results in per_image.values())
     acc = sum(sum(results) for results in per_image.values()) / questions
     acc_plus = sum(all(results) for results in per_image.values()) / len(per_image)
@@ -185,7 +195,7 @@ def calculate(results_dir: str | os.PathLike[str]) -> dict[str, Any]:
             tasks[name] = score_task(path.read_text(encoding="utf-8").splitlines(), name)
             totals[eval_type] += tasks[name]["score"]
     if not tasks:
-        raise ValueError(f"no MME task files (<task>.txt) in {os.fspath(root)!r}")
+        raise UserError(f"no MME task files (<task>.txt) in {os.fspath(root)!r}")
     if missing:
         logger.warning("MME: no results for %s; the totals leave them out", ", ".join(missing))
     return {**totals, "total": sum(totals.values()), "tasks": tasks, "missing": missing}
@@ -209,11 +219,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.experiment is not None:
         data_dir = Path(args.data_dir)
         results_dir = results_dir or data_dir / "eval_tool" / "answers" / args.experiment
-        check_outputs({"answers": data_dir / "answers" / f"{args.experiment}.jsonl"}, {"--output-json": args.output_json})
-        written = convert_answers(
-            data_dir / "answers" / f"{args.experiment}.jsonl", data_dir / BENCHMARK_FOLDER, results_dir
-        )
+        answers = data_dir / "answers" / f"{args.experiment}.jsonl"
+        inputs = {"--experiment answers": answers, "--data-dir benchmark": data_dir / BENCHMARK_FOLDER}
+        guard_outputs(inputs=inputs, files={"--output-json": args.output_json}, folders={"--results_dir": results_dir})
+        written = convert_answers(answers, data_dir / BENCHMARK_FOLDER, results_dir)
         logger.info("wrote %d MME category files to %s", len(written), results_dir)
+    else:
+        guard_outputs(inputs={"--results_dir": results_dir}, files={"--output-json": args.output_json})
     result = calculate(results_dir)
     for eval_type in EVAL_TYPES:
         print(f"=========== {eval_type} ===========")

@@ -19,12 +19,15 @@ question is asked again with a closing request for the number, 0.5 warmer each t
 :data:`MAX_ATTEMPTS` unusable replies it scores 0.0, as in the official evaluator. The shipped prompt
 (``llava/eval/table/mmvet_prompt.txt``) is our own wording of MM-Vet's rule with our own examples; for numbers
 comparable with published MM-Vet scores pass the official evaluator's prompt with ``--prompt-file`` and its
-judge with ``--gpt_model`` (default ``gpt-4-0613``, or ``$LLAVA_JUDGE_MODEL``).
+judge with ``--gpt_model`` (default ``gpt-4-0613``, or ``$LLAVA_JUDGE_MODEL``). Each judge call has
+``--judge-timeout`` seconds in all (see :mod:`llava.eval.judge`). Every output is checked (writable, not an
+input) before the first judge call.
 
 Outputs, in ``RESULT_PATH`` with the official names:
 
 - ``MODEL_JUDGE-grade-Nruns.json``: ``{id: {"model": [...], "content": [...], "score": [...]}}``, one entry per run;
-  rewritten after every grade, so a rerun resumes (more runs are added to the same questions). A sidecar
+  rewritten after every grade, so a rerun resumes (more runs are added to the same questions); a damaged entry
+  moves to ``...runs.json.rejected`` (named in the log) and is graded again, every intact one stays. A sidecar
   ``.meta.json`` records the judge, the prompt and the predictions; resuming after any of them changed is
   refused until ``--overwrite``.
 - ``MODEL_[bardset_]JUDGE-cap-score-Nruns.csv``: per capability (most frequent first), ``total``, ``std`` (of the
@@ -41,6 +44,7 @@ import argparse
 import csv
 import hashlib
 import io
+import json
 import logging
 import math
 import os
@@ -50,9 +54,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llava.eval.files import check_outputs, read_json, require_keys, write_json, write_score, write_text
-from llava.eval.judge import JudgeClient, judge_from_env
+from llava.eval.files import read_json, require_keys, write_json, write_score, write_text
+from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance
+from llava.outputs import guard_outputs, rejected_path
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -130,6 +135,9 @@ def load_questions(mmvet_path: str, use_sub_set: bool) -> dict[str, dict[str, An
     if not use_sub_set:
         return data
     subset = read_json(os.path.join(os.path.expanduser(mmvet_path), SUBSET_FILE), what="MM-Vet subset file")
+    if not isinstance(subset, (list, dict)) or not subset:
+        raise UserError(f"{SUBSET_FILE} in {mmvet_path!r} lists no question ids, so there is nothing to grade; "
+                        "restore MM-Vet's file or leave out --use_sub_set")
     unknown = [qid for qid in subset if qid not in data]
     if unknown:
         raise UserError(f"{SUBSET_FILE} names {len(unknown)} ids that mm-vet.json lacks (first: {unknown[0]!r})")
@@ -181,6 +189,8 @@ def score_tables(questions: Mapping[str, Mapping[str, Any]], grades: Mapping[str
     Each run's score of a group is ``100 * sum(grades) / count`` over the group's questions; a table cell is
     the mean over runs; ``std`` is the population standard deviation of the run totals.
     """
+    if not questions:
+        raise UserError("there are no MM-Vet questions to score")
     groups = {cap: (lambda caps, cap=cap: cap in caps) for cap in capability_columns(questions)}
     combos = {name: (lambda caps, key=key: frozenset(caps) == key) for name, key in integration_groups(questions).items()}
     totals = [100 * sum(grades[qid]["score"][run] for qid in questions) / len(questions) for run in range(num_run)]
@@ -227,12 +237,37 @@ def _prompt(args: argparse.Namespace) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def _usable_grade_entry(entry: Any) -> bool:
+    """Whether a grade-file entry is ``{"model": [...], "content": [...], "score": [...]}`` with one item per run."""
+    if not isinstance(entry, dict):
+        return False
+    columns = [entry.get(key) for key in ("model", "content", "score")]
+    if not all(isinstance(column, list) for column in columns) or len({len(column) for column in columns}) != 1:
+        return False
+    return all(isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0
+               for score in entry["score"])
+
+
 def _read_grades(grade_file: Path) -> dict[str, dict[str, list[Any]]]:
+    """The grades already paid for. A damaged entry moves to ``GRADE_FILE.rejected`` (its question is graded
+    again); every intact entry stays."""
     if not grade_file.is_file():
         return {}
     grades = read_json(grade_file, what="MM-Vet grade file")
-    if not isinstance(grades, dict) or not all(isinstance(entry, dict) and isinstance(entry.get("score"), list) for entry in grades.values()):
-        raise UserError(f"{os.fspath(grade_file)!r} is not an MM-Vet grade file; pass --overwrite to grade again")
+    if not isinstance(grades, dict):
+        raise UserError(f"{os.fspath(grade_file)!r} is not an MM-Vet grade file; move it away or pass --overwrite to grade again")
+    damaged = {qid: entry for qid, entry in grades.items() if not _usable_grade_entry(entry)}
+    if damaged:
+        rejected = rejected_path(grade_file)
+        with open(rejected, "a", encoding="utf-8") as handle:
+            for qid, entry in damaged.items():
+                handle.write(json.dumps({"id": qid, "entry": entry}, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        grades = {qid: entry for qid, entry in grades.items() if qid not in damaged}
+        write_json(grade_file, grades, indent=4)
+        logger.warning("%d damaged grade(s) of %s moved to %s; those questions are graded again",
+                       len(damaged), grade_file, rejected)
     return grades
 
 
@@ -275,14 +310,15 @@ def grade_all(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     if args.num_run < 1 or not 0 <= args.decimal_places <= 6:
         raise UserError(f"--num_run must be at least 1 and --decimal_places within 0..6, got {args.num_run} and {args.decimal_places}")
     results_file = os.path.join(os.path.expanduser(args.result_path), f"{args.model}.json")
+    question_file = os.path.join(os.path.expanduser(args.mmvet_path), "mm-vet.json")
+    out = OutputFiles.for_run(args, client.model)
+    # Every output checked before anything is read or a judge call is paid for (a read-only or full disk too).
+    guard_outputs(inputs={"--mmvet_path mm-vet.json": question_file, "--model results": results_file},
+                  files={"grade file": out.grades, "score table": out.capabilities, "combination table": out.integrations,
+                         "--output-json": args.output_json})
     questions = load_questions(args.mmvet_path, args.use_sub_set)
     predictions = load_predictions(results_file, questions)
     prompt = _prompt(args)
-    out = OutputFiles.for_run(args, client.model)
-    check_outputs({"--mmvet_path mm-vet.json": os.path.join(os.path.expanduser(args.mmvet_path), "mm-vet.json"),
-                   "--model results": results_file},
-                  {"grade file": out.grades, "score table": out.capabilities, "combination table": out.integrations,
-                   "--output-json": args.output_json})
 
     grades = {} if args.overwrite else _read_grades(out.grades)
     producer = {"endpoint": client.url, "judge_model": client.model, "max_tokens": MAX_TOKENS,
@@ -319,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--openai_api_key", default=None, help="used when OPENAI_API_KEY is not set")
     parser.add_argument("--output-json", default=None, help="also write the scores for llava.eval.summarize (mmvet.json)")
     parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
+    parser.add_argument("--judge-timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help="seconds one judge call may take in all, however slowly the endpoint answers")
     parser.add_argument("--overwrite", action="store_true", help="grade everything again instead of resuming")
     return parser
 
@@ -326,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     setup_logging()
-    client = judge_from_env(args.gpt_model, DEFAULT_JUDGE, max_retries=args.max_retries, api_key=args.openai_api_key)
+    client = judge_from_env(args.gpt_model, DEFAULT_JUDGE, max_retries=args.max_retries, api_key=args.openai_api_key,
+                            timeout=args.judge_timeout)
     return grade_all(args, client)
 
 

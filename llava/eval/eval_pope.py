@@ -12,6 +12,10 @@ Each ``coco_pope_<split>.json`` in the annotation folder is a JSONL file whose `
 does: keep the text before the first ".", drop commas, split on single spaces; the words "No", "no" or
 "not" make it "no", anything else is "yes". The paper's POPE number is F1 averaged over the splits
 (``score`` in the JSON, x100).
+
+Answers are told apart by ``question_id`` (as upstream pairs them with their questions): two answers to one
+question are refused, naming both lines. Questions of the question file without an answer are reported (count
+and first ids) and left out of their split's scores; ``missing`` in the JSON lists them.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from llava.eval.files import check_outputs, read_jsonl, require_keys, write_score
-from llava.utils import cli_main, setup_logging
+from llava.eval.files import QUESTION_ID, check_records, guard_outputs, read_answers, read_jsonl, report_missing, write_score
+from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -90,35 +94,36 @@ def score_predictions(predictions: Sequence[str], labels: Sequence[str]) -> Pope
     )
 
 
-def evaluate(annotation_dir: str, question_file: str, result_file: str) -> dict[str, PopeMetrics]:
+def evaluate(annotation_dir: str, question_file: str, result_file: str) -> tuple[dict[str, PopeMetrics], list[Any]]:
     """Score every split found in ``annotation_dir``.
 
     The k-th question of a split in the question file is labelled by the k-th line of
     ``coco_pope_<split>.json``. Upstream pairs answers and labels by position in the answers file, which
     gives the same result when every question is answered in order; pairing through the question file
-    also holds for merged chunks and resumed runs. Unanswered questions are left out (with a warning).
+    also holds for merged chunks and resumed runs. Unanswered questions are left out (and reported).
 
     Returns:
-        ``{split: metrics}`` in sorted split order.
+        ``({split: metrics} in sorted split order, [ids of unanswered questions of the scored splits])``.
 
     Raises:
-        ValueError: If an answer's question id is not in the question file, or a split has no answers.
+        UserError: If an answer's question id is not in the question file, two answers share a question id, a
+            split has no answers, or a file is not in POPE's format.
     """
-    questions = read_jsonl(question_file, what="question file")
+    if not os.path.isdir(annotation_dir):
+        raise UserError(f"--annotation-dir {annotation_dir!r} is not a folder; it holds POPE's coco_pope_<split>.json files")
+    questions = check_records(read_jsonl(question_file, what="question file"), {"question_id": QUESTION_ID, "category": str},
+                              f"POPE question file {question_file!r}", "upstream's llava_pope_test.jsonl")
     position: dict[Any, tuple[str, int]] = {}
     seen_per_split: dict[str, int] = {}
     for question in questions:
-        require_keys(question, ("question_id", "category"), f"question {question.get('question_id')!r}")
         split = question["category"]
         position[question["question_id"]] = (split, seen_per_split.get(split, 0))
         seen_per_split[split] = seen_per_split.get(split, 0) + 1
 
-    answers = read_jsonl(result_file, what="answers file")
     per_split: dict[str, dict[int, str]] = {}
-    for answer in answers:
-        require_keys(answer, ("question_id", "text"), f"answer {answer.get('question_id')!r}")
+    for answer in read_answers(result_file, by_prompt=False):
         if answer["question_id"] not in position:
-            raise ValueError(f"answer {answer['question_id']!r} is not a question of {question_file!r}")
+            raise UserError(f"answer {answer['question_id']!r} is not a question of {question_file!r}")
         split, index = position[answer["question_id"]]
         per_split.setdefault(split, {})[index] = parse_yes_no(answer["text"])
 
@@ -128,17 +133,20 @@ def evaluate(annotation_dir: str, question_file: str, result_file: str) -> dict[
             logger.info("skipping %s (not coco_pope_<split>.json)", name)
             continue
         split = name[len(_PREFIX) : -len(_SUFFIX)]
-        labels = [entry["label"] for entry in read_jsonl(os.path.join(annotation_dir, name), what="POPE label file")]
+        label_file = os.path.join(annotation_dir, name)
+        labels = [entry["label"] for entry in check_records(read_jsonl(label_file, what="POPE label file"), {"label": str},
+                                                            f"POPE label file {label_file!r}", "POPE's coco_pope_<split>.json")]
         answered = per_split.get(split, {})
         if not answered:
-            raise ValueError(f"no answers for POPE split {split!r} in {result_file!r}")
-        if len(answered) != len(labels):
-            logger.warning("POPE split %s: %d answers for %d labels", split, len(answered), len(labels))
+            raise UserError(f"no answers for POPE split {split!r} in {result_file!r}")
         indices = sorted(index for index in answered if index < len(labels))
         results[split] = score_predictions([answered[i] for i in indices], [labels[i] for i in indices])
     if not results:
-        raise ValueError(f"no coco_pope_<split>.json files in {annotation_dir!r}")
-    return results
+        raise UserError(f"no coco_pope_<split>.json files in {annotation_dir!r}")
+    expected = [qid for qid, (split, index) in position.items() if split in results]
+    answered_ids = {qid for qid, (split, index) in position.items() if index in per_split.get(split, {})}
+    missing = report_missing("POPE", expected, answered_ids, "they are left out of their split's scores")
+    return results, missing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,9 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    check_outputs({"--question-file": args.question_file, "--result-file": args.result_file}, {"--output-json": args.output_json})
     setup_logging()
-    results = evaluate(args.annotation_dir, args.question_file, args.result_file)
+    guard_outputs(inputs={"--annotation-dir": args.annotation_dir, "--question-file": args.question_file,
+                          "--result-file": args.result_file}, files={"--output-json": args.output_json})
+    results, missing = evaluate(args.annotation_dir, args.question_file, args.result_file)
     for split, metrics in results.items():
         print(f"Category: {split}, # samples: {metrics.samples}")
         print("TP\tFP\tTN\tFN")
@@ -169,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"Mean F1 over {len(results)} splits: {mean_f1:.2f}")
     return write_score(
         args.output_json, "pope", mean_f1, "F1 x100, mean over splits",
-        splits={split: asdict(metrics) for split, metrics in results.items()},
+        splits={split: asdict(metrics) for split, metrics in results.items()}, missing=missing,
         result_file=os.fspath(args.result_file),
     )
 

@@ -3,6 +3,7 @@
 Usage::
 
     python -m llava.eval.eval_qbench --answers-file ./playground/data/eval/qbench/llvisionqa_dev_answers.jsonl \
+        [--questions-file ./playground/data/eval/qbench/llvisionqa_dev.json] \
         [--output-json ./playground/data/eval/results/$CKPT/qbench.json]
 
 Reads the answers of ``llava.eval.model_vqa_qbench`` (each line holds the question's ``candidates``,
@@ -12,6 +13,11 @@ one candidate's text (case-insensitive; a candidate contained in a longer named 
 "Yes, slightly", does not count on its own). A reply that picks no option, or two, is wrong. Groups follow
 Q-Bench's codes: type 0 yes/no, 1 how, 2 what; concern 0 global distortion, 1 global other, 2 in-context
 (local) distortion, 3 in-context other. The test split has no ``correct_ans``: the Q-Bench authors grade it.
+
+Answers are told apart by ``question_id`` (the record's ``id``, else its position in the question file; see
+:func:`number_records`): two answers to one question are refused, naming both lines. ``--questions-file`` (ours:
+upstream ships no Q-Bench scorer) gives the question list: questions without an answer are then reported and
+count as wrong, so a run stopped early cannot look better than it is.
 """
 
 from __future__ import annotations
@@ -22,13 +28,18 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from llava.eval.files import check_outputs, read_jsonl, write_score
+from llava.eval.files import check_records, guard_outputs, read_answers, read_json, report_missing, write_score
 from llava.utils import UserError, cli_main, setup_logging
 
 QUESTION_TYPES = {0: "yes/no", 1: "how", 2: "what"}
 CONCERNS = {0: "global distortion", 1: "global other", 2: "in-context distortion", 3: "in-context other"}
 # "(B)", or "B" alone or followed by ".", ")" or ":" ("A blurry photo" is prose, not option A).
 _LETTER = re.compile(r"^(?:\(([A-Z])\)|([A-Z])(?:[.):]|$))")
+
+
+def number_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give each Q-Bench question a ``question_id``: its ``id`` if it has one, else its position in the file."""
+    return [{**record, "question_id": record.get("id", position)} for position, record in enumerate(records)]
 
 
 def chosen_option(reply: str, candidates: Sequence[str]) -> int | None:
@@ -52,8 +63,14 @@ def _group_name(names: Mapping[int, str], code: Any, kind: str) -> str:
     return names.get(code, f"{kind} {code}") if isinstance(code, int) else f"{kind} {code}"
 
 
-def score_answers(answers: Sequence[Mapping[str, Any]], where: str) -> dict[str, Any]:
-    """Accuracy (%) overall, per type and per concern, and how many replies picked no single option."""
+def score_answers(answers: Sequence[Mapping[str, Any]], where: str, missing: int = 0) -> dict[str, Any]:
+    """Accuracy (%) overall, per type and per concern, and how many replies picked no single option.
+
+    Args:
+        answers: The answer lines.
+        where: The answers file, for messages.
+        missing: Questions without an answer; they count as wrong overall.
+    """
     groups: dict[str, dict[str, list[bool]]] = {"type": defaultdict(list), "concern": defaultdict(list)}
     overall: list[bool] = []
     unparsed = 0
@@ -80,7 +97,8 @@ def score_answers(answers: Sequence[Mapping[str, Any]], where: str) -> dict[str,
     def percent(hits: list[bool]) -> float:
         return round(100 * sum(hits) / len(hits), 2)
 
-    return {"accuracy": percent(overall), "questions": len(overall), "no_single_option": unparsed,
+    overall += [False] * missing
+    return {"accuracy": percent(overall), "questions": len(overall), "missing": missing, "no_single_option": unparsed,
             "by_type": {name: percent(hits) for name, hits in sorted(groups["type"].items())},
             "by_concern": {name: percent(hits) for name, hits in sorted(groups["concern"].items())}}
 
@@ -88,6 +106,8 @@ def score_answers(answers: Sequence[Mapping[str, Any]], where: str) -> dict[str,
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.eval.eval_qbench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--answers-file", required=True, help="written by llava.eval.model_vqa_qbench (dev split)")
+    parser.add_argument("--questions-file", "--question-file", dest="questions_file", default=None,
+                        help="the questions answered (e.g. llvisionqa_dev.json): unanswered ones are reported and count as wrong")
     parser.add_argument("--output-json", default=None, help="also write the scores here (e.g. results/$CKPT/qbench.json)")
     return parser
 
@@ -95,13 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     setup_logging()
-    check_outputs({"--answers-file": args.answers_file}, {"--output-json": args.output_json})
-    answers = read_jsonl(args.answers_file, what="answers file")
+    guard_outputs(inputs={"--answers-file": args.answers_file, "--questions-file": args.questions_file},
+                  files={"--output-json": args.output_json})
+    answers = read_answers(args.answers_file, by_prompt=False, fields={})
     if not answers:
         raise UserError(f"answers file {args.answers_file!r} holds no answers")
-    scores = score_answers(answers, repr(args.answers_file))
+    missing: list[Any] = []
+    if args.questions_file is not None:
+        questions = check_records(read_json(args.questions_file, what="Q-Bench question file"), {"question": str, "candidates": list},
+                                  f"Q-Bench question file {args.questions_file!r}", "LLVisionQA's llvisionqa_dev.json")
+        ids = [record["question_id"] for record in number_records(questions)]
+        unknown = sorted({answer["question_id"] for answer in answers} - set(ids), key=str)
+        if unknown:
+            raise UserError(f"answers file {args.answers_file!r} answers question {unknown[0]!r}, which is not in "
+                            f"{args.questions_file!r}; was it written for another question file?")
+        missing = report_missing("Q-Bench", ids, {answer["question_id"] for answer in answers}, "they count as wrong")
+    scores = score_answers(answers, repr(args.answers_file), len(missing))
     print(f"Q-Bench LLVisionQA dev: {scores['accuracy']:.2f}% of {scores['questions']} "
-          f"({scores['no_single_option']} replies picked no single option)")
+          f"({scores['no_single_option']} replies picked no single option, {scores['missing']} questions unanswered)")
     for kind in ("by_type", "by_concern"):
         for name, value in scores[kind].items():
             print(f"  {name:<22} {value:6.2f}%")
@@ -110,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return scores
 
 
-__all__ = ["CONCERNS", "QUESTION_TYPES", "build_parser", "chosen_option", "main", "score_answers"]
+__all__ = ["CONCERNS", "QUESTION_TYPES", "build_parser", "chosen_option", "main", "number_records", "score_answers"]
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ letter of exactly one ``"The answer is X."`` match; otherwise it fails and count
 with no answer line counts as failed. A question is an image question when its answer's prompt contains
 ``<image>`` (IMG-Accuracy, the paper's SQA number). The ScienceQA splits (subject NAT/SOC/LAN, context
 TXT/IMG/NO, grades G1-6/G7-12) come from ``problems.json``.
+
+Answers are told apart by ``question_id`` (upstream keys them so): two answers to one problem are refused,
+naming both lines. Problems of the split without an answer are reported (count and first ids; ``missing`` in
+the JSON) and, as upstream, count as failed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import os
 import re
 from typing import Any, Sequence
 
-from llava.eval.files import check_outputs, read_json, read_jsonl, write_json, write_score
+from llava.eval.files import guard_outputs, read_answers, read_json, report_missing, write_json, write_score
+from llava.utils import UserError
 from llava.utils import cli_main, setup_logging
 
 DEFAULT_OPTIONS = ["A", "B", "C", "D", "E"]
@@ -81,10 +86,19 @@ def evaluate(
         ValueError: If the split is unknown or empty.
     """
     split_ids = read_json(os.path.join(base_dir, "pid_splits.json"), what="ScienceQA pid_splits.json")
-    if split not in split_ids:
-        raise ValueError(f"unknown ScienceQA split {split!r}; pid_splits.json has {sorted(split_ids)}")
+    if not isinstance(split_ids, dict) or split not in split_ids or not isinstance(split_ids[split], list):
+        known = sorted(split_ids) if isinstance(split_ids, dict) else "no splits"
+        raise UserError(f"unknown ScienceQA split {split!r}; pid_splits.json has {known}")
     problems = read_json(os.path.join(base_dir, "problems.json"), what="ScienceQA problems.json")
-    predictions = {answer["question_id"]: answer for answer in read_jsonl(result_file, what="answers file")}
+    if not isinstance(problems, dict):
+        raise UserError(f"ScienceQA problems.json in {base_dir!r} must map problem ids to problems (ScienceQA's own file)")
+    for problem_id in split_ids[split]:
+        problem = problems.get(problem_id)
+        if not isinstance(problem, dict) or not isinstance(problem.get("choices"), list) or not isinstance(problem.get("answer"), int):
+            raise UserError(f"ScienceQA problem {problem_id!r} of split {split!r} is not in problems.json with 'choices' and "
+                            "an integer 'answer'; do pid_splits.json and problems.json come from the same ScienceQA release?")
+    predictions = {answer["question_id"]: answer for answer in read_answers(result_file, by_prompt=False, fields={"text": str, "prompt": str})}
+    missing = report_missing("ScienceQA", split_ids[split], predictions, "they count as failed, as upstream")
 
     analysis: dict[str, list[dict[str, Any]]] = {"correct": [], "incorrect": []}
     sqa_results: dict[str, Any] = {"acc": None, "correct": None, "count": None, "results": {}, "outputs": {}}
@@ -131,6 +145,7 @@ def evaluate(
         },
         "analysis": analysis,
         "sqa_results": sqa_results,
+        "missing": missing,
     }
 
 
@@ -153,12 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    check_outputs(
-        {"--result-file": args.result_file, "--base-dir problems.json": os.path.join(args.base_dir, "problems.json"),
-         "--base-dir pid_splits.json": os.path.join(args.base_dir, "pid_splits.json")},
-        {"--output-file": args.output_file, "--output-result": args.output_result, "--output-json": args.output_json},
-    )
     setup_logging()
+    guard_outputs(
+        inputs={"--result-file": args.result_file, "--base-dir problems.json": os.path.join(args.base_dir, "problems.json"),
+                "--base-dir pid_splits.json": os.path.join(args.base_dir, "pid_splits.json")},
+        files={"--output-file": args.output_file, "--output-result": args.output_result, "--output-json": args.output_json},
+    )
     result = evaluate(args.base_dir, args.result_file, args.split, args.options)
     print(
         f"Total: {result['total']}, Correct: {result['correct']}, Accuracy: {result['accuracy']:.2f}%, "
@@ -169,9 +184,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         write_json(args.output_file, result["analysis"])
     if args.output_result:
         write_json(args.output_result, result["sqa_results"])
+    if args.output_json and not result["img_total"]:
+        raise UserError(f"no answer in {args.result_file!r} is to an image question (a prompt with '<image>'), so there is no "
+                        "IMG-Accuracy, the paper's SQA number, for --output-json; were they written by model_vqa_science?")
     return write_score(
         args.output_json, "sqa", result["img_accuracy"], "IMG-Accuracy (%) on ScienceQA-IMG",
-        accuracy=result["accuracy"], total=result["total"], img_total=result["img_total"],
+        accuracy=result["accuracy"], total=result["total"], img_total=result["img_total"], missing=len(result["missing"]),
         splits=result["splits"], result_file=os.fspath(args.result_file),
     )
 

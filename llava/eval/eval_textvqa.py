@@ -8,6 +8,11 @@ Usage (as upstream)::
 Answers are matched to annotations by ``(image_id, lower-cased question)``: LLaVA's TextVQA question file
 uses the image id as ``question_id`` and writes the question as the first line of the prompt (the OCR
 reference and the answer-format suffix follow it). Scores use :class:`TextVQAAccuracyEvaluator`.
+
+An image carries several questions, so answers are told apart by ``question_id`` and ``prompt``
+(:func:`llava.eval.files.answer_identity`): two answers to one question are refused, naming both lines.
+Annotated questions without an answer are reported (count and first ids; ``missing`` in the JSON) and, as
+upstream, left out of the accuracy.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from llava.eval.files import check_outputs, read_json, read_jsonl, require_keys, write_score
+from llava.eval.files import check_records, guard_outputs, read_answers, read_json, report_missing, write_score
 from llava.eval.m4c_evaluator import TextVQAAccuracyEvaluator
 from llava.utils import UserError, cli_main, setup_logging
 
@@ -53,31 +58,47 @@ def prompt_processor(prompt: str) -> str:
     return question.lower()
 
 
+def load_annotations(annotation_file: str | os.PathLike[str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """``{(image_id, lower-cased question): annotation}`` from ``TextVQA_0.5.1_val.json``.
+
+    Raises:
+        UserError: If the file is not TextVQA's (``{"data": [{"image_id", "question", "answers"}, ...]}``).
+    """
+    document = read_json(annotation_file, what="TextVQA annotation file")
+    fields = {"image_id": str, "question": str, "answers": list}
+    where = f"TextVQA annotation file {os.fspath(annotation_file)!r}"
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise UserError(f"{where} must be TextVQA_0.5.1_val.json, an object whose 'data' lists records with 'image_id', "
+                        "'question', 'answers'; is it the file of another benchmark?")
+    entries = check_records(document["data"], fields, where, "TextVQA_0.5.1_val.json's 'data'")
+    return {(entry["image_id"], entry["question"].lower()): entry for entry in entries}
+
+
 def evaluate(annotation_file: str | os.PathLike[str], result_file: str | os.PathLike[str]) -> dict[str, Any]:
     """Score one answers file.
 
     Returns:
-        ``{"samples", "accuracy"}`` with accuracy in percent.
+        ``{"samples", "accuracy", "missing"}`` with accuracy in percent and the unanswered ``(image_id, question)``.
 
     Raises:
-        ValueError: If an answer has no matching annotation.
+        UserError: If an answer has no matching annotation, or two answers are to one question.
     """
-    annotation_doc = read_json(annotation_file, what="TextVQA annotation file")
-    annotations = {
-        (entry["image_id"], entry["question"].lower()): entry for entry in annotation_doc["data"]
-    }
-    results = read_jsonl(result_file, what="answers file")
-    pairs = []
-    for result in results:
-        require_keys(result, ("question_id", "prompt", "text"), f"answer {result.get('question_id')!r}")
-        key = (result["question_id"], prompt_processor(result["prompt"]))
+    annotations = load_annotations(annotation_file)
+    pairs, answered = [], set()
+    for result in read_answers(result_file, by_prompt=True):
+        try:
+            key = (result["question_id"], prompt_processor(result["prompt"]))
+        except ValueError as error:
+            raise UserError(f"answer {result['question_id']!r}: {error}") from None
         if key not in annotations:
-            raise ValueError(
-                f"answer {result['question_id']!r} matches no annotation (image_id, question) {key!r}"
-            )
+            raise UserError(f"answer {result['question_id']!r} matches no annotation (image_id, question) {key!r}")
+        answered.add(key)
         pairs.append({"pred_answer": result["text"], "gt_answers": annotations[key]["answers"]})
+    if not pairs:
+        raise UserError(f"answers file {os.fspath(result_file)!r} holds no answers")
+    missing = report_missing("TextVQA", list(annotations), answered, "they are left out of the accuracy, as upstream")
     accuracy = TextVQAAccuracyEvaluator().eval_pred_list(pairs)
-    return {"samples": len(pairs), "accuracy": 100.0 * accuracy}
+    return {"samples": len(pairs), "accuracy": 100.0 * accuracy, "missing": [list(key) for key in missing]}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,10 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     args = build_parser().parse_args(argv)
-    check_outputs({"--annotation-file": args.annotation_file, "--result-file": args.result_file}, {"--output-json": args.output_json})
     setup_logging()
     if args.result_file is None and args.result_dir is None:
         raise UserError("give --result-file, --result-dir, or both")
+    guard_outputs(inputs={"--annotation-file": args.annotation_file, "--result-file": args.result_file,
+                          "--result-dir": args.result_dir}, files={"--output-json": args.output_json})
     record = None
     if args.result_file is not None:
         summary = evaluate(args.annotation_file, args.result_file)
@@ -105,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         print(f"Samples: {summary['samples']}\nAccuracy: {summary['accuracy']:.2f}%\n")
         record = write_score(
             args.output_json, "textvqa", summary["accuracy"], "VQA soft accuracy x100",
-            samples=summary["samples"], result_file=os.fspath(args.result_file),
+            samples=summary["samples"], missing=len(summary["missing"]), result_file=os.fspath(args.result_file),
         )
     if args.result_dir is not None:
         for name in sorted(os.listdir(args.result_dir)):

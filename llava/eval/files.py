@@ -14,12 +14,17 @@ Formats (upstream LLaVA's, see ``llava-interface.md`` section 8):
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Iterable
 
-from llava.outputs import atomic_output, check_outputs, same_file, write_json, write_text
+from llava.outputs import atomic_output, check_outputs, guard_outputs, same_file, write_json, write_text
+from llava.utils import UserError
+
+logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 
@@ -35,6 +40,40 @@ def _require_file(path: PathLike, what: str) -> Path:
     return resolved
 
 
+def _jsonl_objects(path: PathLike, what: str, unreadable: list[int] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of a JSONL file of objects.
+
+    Args:
+        unreadable: When given, a line that is not a JSON object is skipped and its number appended here.
+
+    Raises:
+        FileNotFoundError: If the file is missing.
+        UserError: On a line that is not a JSON object (without ``unreadable``), naming the file and line number.
+    """
+    resolved = _require_file(path, what)
+    with resolved.open(encoding="utf-8") as handle:
+        try:
+            lines = list(handle)
+        except UnicodeDecodeError as error:
+            raise UserError(f"{what} {_describe(path)} is not UTF-8 text (byte {error.start}); is it a JSONL file?") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if unreadable is not None:
+                unreadable.append(number)
+                continue
+            raise UserError(f"{what} {_describe(path)} line {number} is not valid JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            if unreadable is not None:
+                unreadable.append(number)
+                continue
+            raise UserError(f"{what} {_describe(path)} line {number} is a {type(record).__name__}, expected a JSON object")
+        yield number, record
+
+
 def read_jsonl(path: PathLike, *, what: str = "JSONL file") -> list[dict[str, Any]]:
     """Read a JSONL file of objects; blank lines are skipped.
 
@@ -42,25 +81,7 @@ def read_jsonl(path: PathLike, *, what: str = "JSONL file") -> list[dict[str, An
         FileNotFoundError: If the file is missing.
         ValueError: On a line that is not a JSON object, naming the file and line number.
     """
-    resolved = _require_file(path, what)
-    records: list[dict[str, Any]] = []
-    with resolved.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{what} {_describe(path)} line {number} is not valid JSON ({error.msg})"
-                ) from None
-            if not isinstance(record, dict):
-                raise ValueError(
-                    f"{what} {_describe(path)} line {number} is a {type(record).__name__}, "
-                    "expected a JSON object"
-                )
-            records.append(record)
-    return records
+    return [record for _, record in _jsonl_objects(path, what)]
 
 
 def read_jsonl_lenient(path: PathLike, *, what: str = "answers file") -> tuple[list[dict[str, Any]], int]:
@@ -97,9 +118,9 @@ def read_json(path: PathLike, *, what: str = "JSON file") -> Any:
         try:
             return json.load(handle)
         except json.JSONDecodeError as error:
-            raise ValueError(
-                f"{what} {_describe(path)} is not valid JSON (line {error.lineno}: {error.msg})"
-            ) from None
+            raise UserError(f"{what} {_describe(path)} is not valid JSON (line {error.lineno}: {error.msg})") from None
+        except UnicodeDecodeError as error:
+            raise UserError(f"{what} {_describe(path)} is not UTF-8 text (byte {error.start}); is it a JSON file?") from None
 
 
 def read_tsv(path: PathLike, *, what: str = "TSV file") -> list[dict[str, Any]]:
@@ -125,8 +146,8 @@ def read_tsv(path: PathLike, *, what: str = "TSV file") -> list[dict[str, Any]]:
         frame = pd.read_table(resolved)
     except pd.errors.EmptyDataError:
         return []
-    except pd.errors.ParserError as error:
-        raise ValueError(f"{what} {_describe(path)} is not a valid TSV table ({error})") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise UserError(f"{what} {_describe(path)} is not a valid UTF-8 TSV table ({error})") from None
     return frame.to_dict("records")
 
 
@@ -163,6 +184,164 @@ def load_questions(path: PathLike) -> list[dict[str, Any]]:
     return questions
 
 
+# ------------------------------------------------------------------------------------------------ fields
+
+#: Accepted types of a question id: upstream's files use strings (GQA, MME, TextVQA) and integers (POPE, SEED).
+QUESTION_ID = (str, int)
+
+_TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a JSON object", bool: "true or false"}
+
+
+def _type_words(types: type | tuple[type, ...]) -> str:
+    options = types if isinstance(types, tuple) else (types,)
+    return " or ".join(_TYPE_WORDS.get(option, option.__name__) for option in options)
+
+
+def _has_type(value: Any, types: type | tuple[type, ...]) -> bool:
+    options = types if isinstance(types, tuple) else (types,)
+    if object in options:
+        return True
+    if isinstance(value, bool) and bool not in options:  # JSON true is not a number here
+        return False
+    return isinstance(value, options)
+
+
+def check_fields(record: Mapping[str, Any], fields: Mapping[str, type | tuple[type, ...]], where: str) -> None:
+    """Require each of ``fields`` in ``record`` with one of its types (``bool`` is never an ``int``).
+
+    Args:
+        record: A question or answer object.
+        fields: Field name -> accepted type(s), e.g. ``{"question_id": QUESTION_ID, "text": str}``.
+        where: What the record is, for the message (e.g. ``"question file 'q.jsonl' question 3"``).
+
+    Raises:
+        UserError: Naming ``where``, the field and, for a wrong type, the value found.
+    """
+    for key, types in fields.items():
+        if key not in record:
+            raise UserError(f"{where} has no {key!r} field (fields: {sorted(record)})")
+        if not _has_type(record[key], types):
+            shown = repr(record[key])
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise UserError(f"{where}: {key!r} must be {_type_words(types)}, got {shown} ({type(record[key]).__name__})")
+
+
+def ordinal(number: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ..., ``11th``, ``12th``, ``13th``, ``21st``: how messages name a question."""
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def check_records(records: Any, fields: Mapping[str, type | tuple[type, ...]], where: str, expected: str) -> list[dict[str, Any]]:
+    """Check that ``records`` is a list of objects with ``fields``; a file of another benchmark is one sentence.
+
+    Args:
+        records: What a benchmark file held.
+        fields: Required fields and types of each record.
+        where: The file, for messages (e.g. ``"VizWiz question file 'x.jsonl'"``).
+        expected: What the file should be, e.g. ``"upstream's llava_test.jsonl"``.
+
+    Raises:
+        UserError: Naming ``where``, the first bad record and the fields expected.
+    """
+    if not isinstance(records, list):
+        raise UserError(f"{where} must hold a list of records with {_field_list(fields)} ({expected}), got a {type(records).__name__}")
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, dict) or any(key not in record for key in fields):
+            shown = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise UserError(
+                f"{where}: the {ordinal(number)} record has {shown}, but each needs {_field_list(fields)} ({expected}); "
+                "is it the file of another benchmark?"
+            )
+        check_fields(record, fields, f"{where}, {ordinal(number)} record")
+    return records
+
+
+def _field_list(fields: Mapping[str, Any]) -> str:
+    return ", ".join(repr(key) for key in fields)
+
+
+# ------------------------------------------------------------------------------------------------ answer identity
+
+AnswerIdentity = tuple[Any, Any, Any]
+
+
+def answer_identity(record: Mapping[str, Any], *, by_prompt: bool) -> AnswerIdentity:
+    """What tells one answer from another: ``(question_id, round_id, prompt or None)``.
+
+    Upstream's converters pair an answer with its question by ``question_id`` alone (GQA, POPE, SQA, SEED,
+    VQAv2, VizWiz, MM-Vet, Q-Bench), or by ``question_id`` and ``prompt`` where one id carries several questions
+    (MME's ``llava_mme.jsonl`` asks two questions per image and uses the image path as id; TextVQA's uses the
+    image id). MMBench's ``--all-rounds`` adds ``round_id``. The loader core, which serves every benchmark, uses
+    ``by_prompt=True`` for resuming and for its duplicate check; each scorer uses its benchmark's rule.
+    """
+    return (record["question_id"], record.get("round_id"), record["prompt"] if by_prompt else None)
+
+
+def describe_identity(identity: AnswerIdentity) -> str:
+    """``question_id 'x'`` (with its round and, for prompt identities, "and the same prompt")."""
+    question_id, round_id, prompt = identity
+    text = f"question_id {question_id!r}"
+    if round_id is not None:
+        text += f" round {round_id!r}"
+    return text + (" and the same prompt" if prompt is not None else "")
+
+
+def read_answers(
+    path: PathLike, *, by_prompt: bool, what: str = "answers file", fields: Mapping[str, type | tuple[type, ...]] | None = None,
+    unreadable: list[int] | None = None,
+) -> list[dict[str, Any]]:
+    """Read an answers JSONL for scoring: every line an answer, no two answers with the same identity.
+
+    Args:
+        path: The answers file.
+        by_prompt: The benchmark's identity rule (see :func:`answer_identity`).
+        what: What the file is, for messages.
+        fields: Required fields and types besides ``question_id`` (and ``prompt`` when ``by_prompt``); default
+            ``{"text": str}``.
+        unreadable: When given, lines that are not JSON objects are skipped and their numbers appended here
+            (upstream's VQAv2 and VizWiz converters tolerate them); otherwise they are an error.
+
+    Raises:
+        FileNotFoundError: If the file is missing.
+        UserError: One sentence naming the line of a malformed answer, or the two lines of a repeated one.
+    """
+    required: dict[str, type | tuple[type, ...]] = {"question_id": QUESTION_ID}
+    if by_prompt:
+        required["prompt"] = str
+    required.update(fields if fields is not None else {"text": str})
+    records: list[dict[str, Any]] = []
+    seen: dict[AnswerIdentity, int] = {}
+    for number, record in _jsonl_objects(path, what, unreadable):
+        where = f"{what} {_describe(path)} line {number}"
+        check_fields(record, required, where)
+        identity = answer_identity(record, by_prompt=by_prompt)
+        if identity in seen:
+            raise UserError(
+                f"{where} repeats the answer on line {seen[identity]} ({describe_identity(identity)}); each question "
+                "must be answered once: remove one of them (were two answers files concatenated?)"
+            )
+        seen[identity] = number
+        records.append(record)
+    return records
+
+
+def report_missing(benchmark: str, expected: Sequence[Any], answered: Collection[Any], consequence: str) -> list[Any]:
+    """Warn about questions of the benchmark's question list that have no answer, and return them.
+
+    Args:
+        benchmark: Name for the message.
+        expected: Keys of every question, in order.
+        answered: Keys that have an answer.
+        consequence: What the scorer does with them, e.g. ``"they count as wrong"``.
+    """
+    missing = [key for key in expected if key not in answered]
+    if missing:
+        shown = ", ".join(repr(key) for key in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        logger.warning("%s: %d of %d questions have no answer (%s); %s", benchmark, len(missing), len(expected), shown, consequence)
+    return missing
+
+
 def write_score(
     path: PathLike | None, benchmark: str, score: float, metric: str, **details: Any
 ) -> dict[str, Any]:
@@ -196,21 +375,28 @@ def is_missing(value: Any) -> bool:
 
 
 def require_keys(record: dict[str, Any], keys: Iterable[str], where: str) -> None:
-    """Raise a ValueError naming ``where`` and the first of ``keys`` missing from ``record``."""
-    for key in keys:
-        if key not in record:
-            raise ValueError(f"{where} has no {key!r} field (fields: {sorted(record)})")
+    """Raise a UserError naming ``where`` and the first of ``keys`` missing from ``record`` (any type accepted)."""
+    check_fields(record, {key: object for key in keys}, where)
 
 
 __all__ = [
+    "QUESTION_ID",
+    "answer_identity",
     "atomic_output",
+    "check_fields",
     "check_outputs",
+    "check_records",
+    "describe_identity",
+    "guard_outputs",
     "is_missing",
     "load_questions",
+    "ordinal",
     "read_json",
     "read_jsonl",
+    "read_answers",
     "read_jsonl_lenient",
     "read_tsv",
+    "report_missing",
     "require_keys",
     "same_file",
     "write_json",

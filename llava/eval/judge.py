@@ -8,28 +8,33 @@ local server (vLLM, llama.cpp, a test double on 127.0.0.1):
   appended.
 - ``LLAVA_JUDGE_MODEL``: the judge model, unless the command names one.
 
-Rate limits (HTTP 429), server errors and dropped connections are retried with growing pauses; any other
-refusal (a bad key, an unknown model) stops at once with one sentence.
+Rate limits (HTTP 429), server errors, dropped connections and calls that miss their deadline are retried with
+growing pauses; any other refusal (a bad key, an unknown model) stops at once with one sentence. Calls go through
+:mod:`llava.net`: each has a total deadline (``timeout`` seconds, however slowly the endpoint sends), a reply larger
+than ``max_reply_bytes`` is refused, and a redirect to another origin is never followed (the key stays with the
+endpoint; set ``OPENAI_BASE_URL`` to the final address instead). Neither is retried nor recorded as a grade.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llava import net
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
 
 BASE_URL_ENV, KEY_ENV, MODEL_ENV = "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLAVA_JUDGE_MODEL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: Seconds one judge call may take in all (upstream's ``openai`` client waited 120 s per read).
+DEFAULT_TIMEOUT = 120.0
+#: Largest judge reply accepted: a review of 1024 tokens is a few KiB.
+DEFAULT_MAX_REPLY_BYTES = 1024 * 1024
 # HTTP answers worth another try: rate limits and server-side trouble.
 _RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
 
@@ -51,44 +56,59 @@ class JudgeClient:
         model: Judge model name.
         max_retries: Extra attempts after a transient failure.
         pause: First pause between attempts in seconds (doubled each time, at most 60 s).
-        timeout: Seconds to wait for one reply.
+        timeout: Seconds one call may take in all, connection and whole reply included.
+        max_reply_bytes: Largest reply accepted; a larger one stops the run.
         sleep: How to wait between attempts (default :func:`time.sleep`, looked up at call time).
     """
 
     def __init__(self, base_url: str, api_key: str | None, model: str, *, max_retries: int = 6,
-                 pause: float = 1.0, timeout: float = 120.0, sleep: Callable[[float], None] | None = None) -> None:
+                 pause: float = 1.0, timeout: float = DEFAULT_TIMEOUT, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+                 sleep: Callable[[float], None] | None = None) -> None:
         if max_retries < 0:
             raise UserError(f"--max-retries must be at least 0, got {max_retries}")
+        if not timeout > 0:
+            raise UserError(f"--judge-timeout must be a positive number of seconds, got {timeout!r}")
         self.url = base_url.rstrip("/") + "/chat/completions"
+        try:
+            net.origin_of(self.url)
+        except net.NetError as error:
+            raise UserError(f"{BASE_URL_ENV}: {error}; set it to the endpoint root, e.g. {DEFAULT_BASE_URL}") from None
         self.api_key, self.model = api_key, model
         self.max_retries, self.pause, self.timeout, self._sleep = max_retries, pause, timeout, sleep
+        self.max_reply_bytes = max_reply_bytes
 
-    def _request(self, messages: Sequence[Mapping[str, str]], max_tokens: int, temperature: float) -> urllib.request.Request:
+    def _post(self, messages: Sequence[Mapping[str, str]], max_tokens: int, temperature: float) -> net.Response:
         body = {"model": self.model, "messages": list(messages), "temperature": temperature, "max_tokens": max_tokens}
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return net.request("POST", self.url, json=body, headers=headers, deadline=self.timeout,
+                           max_bytes=self.max_reply_bytes)
 
     def chat(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int, temperature: float) -> JudgeReply:
         """The judge's reply to ``messages`` (``[{"role", "content"}, ...]``).
 
         Raises:
-            UserError: When the endpoint refuses the request, or still fails after ``max_retries`` retries.
+            UserError: When the endpoint refuses the request, redirects to another origin, sends a reply over
+                the size cap, or still fails after ``max_retries`` retries.
         """
         wait = self.pause
         for attempt in range(self.max_retries + 1):
             try:
-                request = self._request(messages, max_tokens, temperature)
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return _reply(json.loads(response.read()), self.url, self.model)
-            except urllib.error.HTTPError as error:
-                if error.code not in _RETRYABLE:
-                    detail = error.read()[:300].decode("utf-8", "replace")
-                    raise UserError(f"the judge at {self.url} refused the request: HTTP {error.code} {detail}") from None
-                problem = f"HTTP {error.code}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as error:
-                problem = f"{type(error).__name__}: {getattr(error, 'reason', error)}"
+                response = self._post(messages, max_tokens, temperature)
+            except (net.RedirectRefused, net.ResponseTooLarge) as error:
+                raise UserError(f"the judge at {self.url} cannot be used: {error}; nothing was recorded") from None
+            except net.NetError as error:  # missed deadline, refused or dropped connection: worth another try
+                problem = str(error)
+            else:
+                if response.ok:
+                    try:
+                        return _reply(response.json(), self.url, self.model)
+                    except ValueError as error:  # not JSON, or JSON without the reply
+                        problem = f"{type(error).__name__}: {error}"
+                elif response.status in _RETRYABLE:
+                    problem = f"HTTP {response.status}"
+                else:
+                    detail = response.body[:300].decode("utf-8", "replace")
+                    raise UserError(f"the judge at {self.url} refused the request: HTTP {response.status} {detail}")
             if attempt < self.max_retries:
                 logger.warning("judge call failed (%s); retrying in %.1f s", problem, wait)
                 (self._sleep or time.sleep)(wait)
@@ -105,7 +125,8 @@ def _reply(payload: Any, url: str, requested: str) -> JudgeReply:
     return JudgeReply(text=text, model=str(model or requested))
 
 
-def judge_from_env(judge_model: str | None, default_model: str, *, max_retries: int, api_key: str | None = None) -> JudgeClient:
+def judge_from_env(judge_model: str | None, default_model: str, *, max_retries: int, api_key: str | None = None,
+                   timeout: float = DEFAULT_TIMEOUT) -> JudgeClient:
     """The judge named by the environment (see the module docstring); ``judge_model`` wins over it.
 
     ``api_key`` is used only when ``OPENAI_API_KEY`` is not set.
@@ -118,7 +139,7 @@ def judge_from_env(judge_model: str | None, default_model: str, *, max_retries: 
     if api_key is None and base_url == DEFAULT_BASE_URL:
         raise UserError(f"set {KEY_ENV} to the judge's API key (and {BASE_URL_ENV} for another OpenAI-compatible endpoint)")
     model = judge_model or os.environ.get(MODEL_ENV) or default_model
-    return JudgeClient(base_url, api_key, model, max_retries=max_retries)
+    return JudgeClient(base_url, api_key, model, max_retries=max_retries, timeout=timeout)
 
 
-__all__ = ["BASE_URL_ENV", "DEFAULT_BASE_URL", "KEY_ENV", "MODEL_ENV", "JudgeClient", "JudgeReply", "judge_from_env"]
+__all__ = ["BASE_URL_ENV", "DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "DEFAULT_TIMEOUT", "KEY_ENV", "MODEL_ENV", "JudgeClient", "JudgeReply", "judge_from_env"]

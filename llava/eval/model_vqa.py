@@ -31,18 +31,21 @@ from llava.eval.core import (
     run_parsed,
     split_list,
 )
-from llava.eval.files import require_keys
+from llava.eval.files import QUESTION_ID
 from llava.utils import cli_main
+
+#: The fields of a question line (upstream's JSONL), checked before the model loads.
+FIELDS = {"question_id": QUESTION_ID, "image": str, "text": str}
 
 
 def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
-    """One item: the question text with its one image."""
-    require_keys(record, ("question_id", "image", "text"), f"question {record.get('question_id')!r}")
+    """One item: the question text with its one image (the record's :data:`FIELDS` are already checked)."""
     image = ImageRef(path=os.path.join(args.image_folder, record["image"]))
     return [EvalItem(record["question_id"], record["text"], record["text"], (image,))]
 
 
-SPEC = LoaderSpec(name="model_vqa", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=1024)
+SPEC = LoaderSpec(name="model_vqa", description=__doc__.split("\n\n")[0], build_items=build_items, fields=FIELDS,
+                  max_new_tokens=1024)
 
 
 def main(argv: Sequence[str] | None = None) -> RunResult:

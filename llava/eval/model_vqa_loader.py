@@ -27,10 +27,11 @@ from llava.eval.core import (
     run_parsed,
     split_list,
 )
-from llava.eval.model_vqa import build_items
+from llava.eval.model_vqa import FIELDS, build_items
 from llava.utils import cli_main
 
-SPEC = LoaderSpec(name="model_vqa_loader", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=128)
+SPEC = LoaderSpec(name="model_vqa_loader", description=__doc__.split("\n\n")[0], build_items=build_items, fields=FIELDS,
+                  max_new_tokens=128)
 
 
 def main(argv: Sequence[str] | None = None) -> RunResult:

@@ -31,7 +31,7 @@ from llava.eval.core import (
     run_parsed,
     split_list,
 )
-from llava.eval.files import is_missing, require_keys
+from llava.eval.files import QUESTION_ID, is_missing
 from llava.utils import cli_main
 
 ALL_OPTIONS = ["A", "B", "C", "D"]
@@ -41,21 +41,31 @@ INSTRUCTIONS = {
 }
 
 
+#: The columns every row needs, checked before the model loads (a numeric question cell is used as its text).
+FIELDS = {"index": QUESTION_ID, "question": (str, int, float), "image": str}
+
+
 def _native(value: Any) -> Any:
     # pandas can hand out numpy scalars, which json cannot write.
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
+def native_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows with Python values instead of numpy scalars (before the fields are checked)."""
+    return [{key: _native(value) for key, value in record.items()} for record in records]
+
+
 def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
     """One item per round (one round unless ``--all-rounds``)."""
-    require_keys(record, ("index", "question", "image"), f"MMBench row {record.get('index')!r}")
-    question_id = _native(record["index"])
+    if is_missing(record["question"]):
+        raise ValueError("its 'question' cell is empty")
+    question_id = record["index"]
     options: list[Any] = []
     for letter in ALL_OPTIONS:
         value = record.get(letter)
         if is_missing(value):
             break
-        options.append(_native(value))
+        options.append(value)
     letters = ALL_OPTIONS[: len(options)]
     image = ImageRef(base64=record["image"])
     items = []
@@ -81,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SPEC = LoaderSpec(
-    name="model_vqa_mmbench", description=__doc__.split("\n\n")[0], build_items=build_items,
-    max_new_tokens=1024, add_arguments=add_arguments,
+    name="model_vqa_mmbench", description=__doc__.split("\n\n")[0], build_items=build_items, fields=FIELDS,
+    max_new_tokens=1024, add_arguments=add_arguments, prepare_records=native_rows,
 )
 
 

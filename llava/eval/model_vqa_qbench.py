@@ -15,6 +15,8 @@ question, in the order of the file: the question's own fields, then the reply as
 it, ``response``, with the loaders' usual ``question_id`` (the record's ``id`` if it has one, else its position
 in the file), ``prompt``, ``answer_id``, ``model_id``. Upstream wrote the records back to back on one line
 and, for ``zh``, put a stray backslash where the line break before the instruction belongs; we do neither.
+Upstream's module always decoded greedily, so ``--temperature`` defaults to 0 here (the other loaders keep
+upstream's 0.2).
 Score the dev split with ``python -m llava.eval.eval_qbench``.
 """
 
@@ -36,11 +38,14 @@ from llava.eval.core import (
     run_parsed,
     split_list,
 )
-from llava.eval.files import require_keys
+from llava.eval.eval_qbench import number_records
+from llava.eval.files import QUESTION_ID
 from llava.utils import cli_main
 
 INSTRUCTIONS = {"en": "Choose between one of the options as follows:", "zh": "在下列选项中选择一个:"}
 LETTERS = string.ascii_uppercase
+#: The fields of a question (after :func:`number_records` gave it a ``question_id``), checked before the model loads.
+FIELDS = {"question_id": QUESTION_ID, "img_path": str, "question": str, "candidates": list}
 # Answer fields the loader core writes itself; a question field of the same name is not copied over them.
 _CORE_FIELDS = frozenset({"question_id", "prompt", "text", "answer_id", "model_id", "metadata"})
 
@@ -55,18 +60,12 @@ def question_text(record: dict[str, Any], lang: str) -> str:
     return f"{record['question']}\n{INSTRUCTIONS[lang]}\n{option_lines(record['candidates'])}"
 
 
-def number_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give each record a ``question_id``: its ``id`` if it has one, else its position in the file."""
-    return [{**record, "question_id": record.get("id", position)} for position, record in enumerate(records)]
-
-
 def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
     """One multiple-choice item per question, with its image."""
     qid = record["question_id"]
-    require_keys(record, ("img_path", "question", "candidates"), f"question {qid!r}")
     candidates = record["candidates"]
-    if not isinstance(candidates, list) or not 2 <= len(candidates) <= len(LETTERS):
-        raise ValueError(f"question {qid!r}: 'candidates' must be a list of 2 to {len(LETTERS)} options, got {candidates!r}")
+    if not 2 <= len(candidates) <= len(LETTERS):
+        raise ValueError(f"'candidates' must be a list of 2 to {len(LETTERS)} options, got {candidates!r}")
     text = question_text(record, args.lang)
     extra = {key: value for key, value in record.items() if key not in _CORE_FIELDS}
     image = ImageRef(path=os.path.join(args.image_folder, record["img_path"]))
@@ -80,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SPEC = LoaderSpec(
-    name="model_vqa_qbench", description=__doc__.split("\n\n")[0], build_items=build_items,
-    max_new_tokens=1024, question_file_default="./playground/data/eval/qbench/llvisionqa_dev.json",
+    name="model_vqa_qbench", description=__doc__.split("\n\n")[0], build_items=build_items, fields=FIELDS,
+    max_new_tokens=1024, temperature=0.0, question_file_default="./playground/data/eval/qbench/llvisionqa_dev.json",
     add_arguments=add_arguments, prepare_records=number_records,
 )
 

@@ -32,18 +32,22 @@ from llava.eval.core import (
     run_parsed,
     split_list,
 )
-from llava.eval.files import require_keys
+from llava.eval.files import QUESTION_ID
 from llava.utils import cli_main
 
 SINGLE_PRED_PROMPT = "Answer with the option's letter from the given choices directly."
+#: The fields of an entry (LLaVA's training format), checked before the model loads; ``image`` is optional.
+FIELDS = {"id": QUESTION_ID, "conversations": list}
 
 
 def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
     """One item per entry: its first human turn, the image if the entry has one."""
-    require_keys(record, ("id", "conversations"), f"question {record.get('id')!r}")
-    if not record["conversations"] or "value" not in record["conversations"][0]:
-        raise ValueError(f"question {record['id']!r} has no first conversation turn with a 'value'")
-    question = record["conversations"][0]["value"].replace("<image>", "").strip()
+    turns = record["conversations"]
+    if not turns or not isinstance(turns[0], dict) or not isinstance(turns[0].get("value"), str):
+        raise ValueError("'conversations' must start with a turn whose 'value' is the question text")
+    if "image" in record and not isinstance(record["image"], str):
+        raise ValueError(f"'image' must be a string (a path under --image-folder), got {record['image']!r}")
+    question = turns[0]["value"].replace("<image>", "").strip()
     prompt = question
     images: tuple[ImageRef, ...] = ()
     if "image" in record:
@@ -61,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SPEC = LoaderSpec(
-    name="model_vqa_science", description=__doc__.split("\n\n")[0], build_items=build_items,
+    name="model_vqa_science", description=__doc__.split("\n\n")[0], build_items=build_items, fields=FIELDS,
     max_new_tokens=1024, question_file_default="tables/question.json", add_arguments=add_arguments,
 )
 

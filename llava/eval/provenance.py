@@ -3,15 +3,26 @@
 An answers file ``A.jsonl`` gets a sidecar ``A.jsonl.meta.json``::
 
     {"format": 1,
-     "producer": {"model": {"path": ..., "fingerprint": ...}, "model_base": ..., "model_id": ...,
+     "producer": {"model": {"path", "fingerprint", "vision_tower": {"path", "fingerprint"} | {"name"}},
+                  "model_base": {"path", "fingerprint"} | null, "model_id": ...,
+                  "questions": <hash of this chunk's question records>, "projector_settings": {key: value},
                   "conv_mode": ..., "temperature": ..., "top_p": ..., "num_beams": ..., "max_new_tokens": ...,
                   <the loader's own prompt flags, e.g. "single_pred_prompt", "lang", "all_rounds">},
      "skipped": {"<question id>": "why"}}
 
-The model fingerprint is cheap: a hash of ``config.json`` and of the name, size and modification time of every
-weight file in the checkpoint folder (a re-trained or re-saved checkpoint changes it; a model given as a hub
-id is recorded by name only). ``skipped`` lists the questions ``--skip-missing`` left out (missing, unreadable
-or decompression-bomb images), with the reason, so a resumed run reports them instead of failing on them.
+The model fingerprint (:func:`folder_fingerprint`) covers every file the loader reads from the checkpoint folder,
+from the vision tower folder its ``config.json`` names (``mm_vision_tower``) and from ``--model-base``: the
+top-level configs, tokenizer files and weights (``.json``, ``.safetensors``, ``.bin``, ``.pt``, ``.pth``, ``.model``,
+``.txt``, ``.jinja``, ``.tiktoken``; not the ``*.meta.json`` sidecars of answers kept there). Files up to 1 MiB
+(configs, tokenizers) are hashed by content. Larger ones (weights, many GB) are not read whole: their name, size,
+modification time (ns) and inode, and the content of their first and last 64 KiB stand for them, so a re-trained or
+re-saved checkpoint, a file replaced by ``mv`` (new inode) or copied over (new time) all change it, while hashing
+stays a few milliseconds per file. A model or tower given as a hub id is recorded by name only. ``questions`` is a
+hash of the question records this chunk answers (their content, not the file's name or path). ``--image-folder``
+is not recorded: images are identified by the names the question records give them.
+
+``skipped`` lists the questions ``--skip-missing`` left out (missing, unreadable or decompression-bomb images), with
+the reason, so a resumed run reports them instead of failing on them.
 
 The upstream answers JSONL itself is unchanged: every converter and scorer reads it as before.
 """
@@ -21,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,47 +42,115 @@ from llava.utils import UserError
 SIDECAR_SUFFIX = ".meta.json"
 FORMAT = 1
 
-#: Flags that do not change the answers (where they are written, which chunk, how fast, which device).
+#: Flags that do not change the answers (where they are written, which chunk, how fast, which device); the model
+#: paths are recorded through their fingerprints and the question file through the hash of its records.
 NEUTRAL_FLAGS = frozenset({
     "answers_file", "question_file", "image_folder", "num_chunks", "chunk_idx", "batch_size", "skip_missing",
     "device", "overwrite", "model_path", "model_base",
 })
 
-# Files whose identity stands for the weights (their content is not read: a checkpoint can be many GB).
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json", ".model")
+#: Files up to this size are fingerprinted by their whole content.
+SMALL_FILE_BYTES = 1 << 20
+#: How much of the start and of the end of a larger file is read into its fingerprint.
+EDGE_BYTES = 64 << 10
+
+# What a checkpoint or tower folder holds that the loader reads: configs, tokenizer files, weights.
+_MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model", ".txt", ".jinja", ".tiktoken")
 
 
 def sidecar_path(answers_file: str | os.PathLike[str]) -> Path:
     return Path(os.fspath(answers_file) + SIDECAR_SUFFIX)
 
 
+def model_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The files of a checkpoint or tower folder that :func:`folder_fingerprint` covers, sorted by name."""
+    return sorted(
+        entry for entry in Path(folder).iterdir()
+        if entry.is_file() and entry.name.endswith(_MODEL_FILE_SUFFIXES) and not entry.name.endswith(SIDECAR_SUFFIX)
+    )
+
+
+def _file_fingerprint(path: Path) -> bytes:
+    """Whole content up to :data:`SMALL_FILE_BYTES`; else size, mtime_ns, inode and both ends of the content."""
+    stat = path.stat()
+    if stat.st_size <= SMALL_FILE_BYTES:
+        return b"content\0" + hashlib.sha256(path.read_bytes()).digest()
+    digest = hashlib.sha256(f"{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ino}\0".encode())
+    with path.open("rb") as handle:
+        digest.update(handle.read(EDGE_BYTES))
+        handle.seek(-EDGE_BYTES, os.SEEK_END)
+        digest.update(handle.read(EDGE_BYTES))
+    return b"identity\0" + digest.digest()
+
+
+def folder_fingerprint(folder: str | os.PathLike[str]) -> str:
+    """A short hash of every file :func:`model_files` lists (see the module docstring for what it covers)."""
+    digest = hashlib.sha256()
+    for path in model_files(folder):
+        digest.update(path.name.encode("utf-8", "surrogateescape") + b"\0" + _file_fingerprint(path) + b"\n")
+    return digest.hexdigest()[:16]
+
+
+def _tower_name(folder: Path) -> str | None:
+    """The vision tower a checkpoint's ``config.json`` names (``mm_vision_tower``, else ``vision_tower``)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no readable config: loading will name the problem
+    if not isinstance(config, dict):
+        return None
+    name = config.get("mm_vision_tower") or config.get("vision_tower")
+    return name if isinstance(name, str) and name else None
+
+
+def _location(name: str) -> dict[str, Any]:
+    """``{"path", "fingerprint"}`` of a local folder, ``{"name"}`` of anything else (a hub id)."""
+    folder = Path(os.path.expanduser(name))
+    if folder.is_dir():
+        return {"path": os.path.realpath(folder), "fingerprint": folder_fingerprint(folder)}
+    return {"name": name}
+
+
 def model_fingerprint(model_path: str | None) -> dict[str, Any] | None:
-    """``{"path", "fingerprint"}`` of a checkpoint folder, ``{"path"}`` for a hub id, None when not given."""
+    """``{"path", "fingerprint", "vision_tower"?}`` of a checkpoint folder, ``{"path"}`` for a hub id, None when not
+    given. The tower entry is the folder (or hub name) the checkpoint's ``config.json`` names."""
     if not model_path:
         return None
     folder = Path(os.path.expanduser(model_path))
     if not folder.is_dir():
         return {"path": model_path}
-    digest = hashlib.sha256()
-    config = folder / "config.json"
-    if config.is_file():
-        digest.update(config.read_bytes())
-    for entry in sorted(folder.iterdir()):
-        if entry.is_file() and entry.name.endswith(_WEIGHT_SUFFIXES):
-            stat = entry.stat()
-            digest.update(f"{entry.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return {"path": os.path.realpath(folder), "fingerprint": digest.hexdigest()[:16]}
+    record: dict[str, Any] = {"path": os.path.realpath(folder), "fingerprint": folder_fingerprint(folder)}
+    tower = _tower_name(folder)
+    if tower is not None:
+        # The loader resolves a relative tower path from the working directory, as upstream does.
+        record["vision_tower"] = _location(tower)
+    return record
 
 
-def producer_record(args: Any, model_id: str) -> dict[str, Any]:
-    """The settings of a loader run that determine its answers (everything but :data:`NEUTRAL_FLAGS`)."""
+def records_fingerprint(records: Sequence[Mapping[str, Any]]) -> str:
+    """A hash of question records' content (key order and the file's name do not matter)."""
+    text = json.dumps(list(records), sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def producer_record(args: Any, model_id: str, *, questions: str | None = None) -> dict[str, Any]:
+    """The settings of a loader run that determine its answers (everything but :data:`NEUTRAL_FLAGS`).
+
+    Args:
+        args: The parsed flags (runtime projector settings already normalised into ``projector_settings``).
+        model_id: Written as ``model_id``.
+        questions: :func:`records_fingerprint` of the chunk's question records.
+    """
     settings = {key: value for key, value in sorted(vars(args).items()) if key not in NEUTRAL_FLAGS}
-    return {
+    record = {
         "model": model_fingerprint(getattr(args, "model_path", None)),
         "model_base": model_fingerprint(getattr(args, "model_base", None)),
         "model_id": model_id,
         **settings,
     }
+    if questions is not None:
+        record["questions"] = questions
+    return record
 
 
 def _jsonable(value: Any) -> Any:
@@ -87,6 +166,10 @@ def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 class Provenance:
     """The sidecar of one answers file: checked on resume, written when a file starts, updated on skips.
 
+    A loader checks first (:meth:`check`, read-only) and commits (:meth:`commit`) only once its model has loaded
+    and its first answer is due, so a run refused before that leaves no record behind. Until then, skips are kept
+    in memory.
+
     Args:
         answers_file: The answers JSONL.
         producer: What produces the answers now (see :func:`producer_record`).
@@ -101,27 +184,26 @@ class Provenance:
         self.answers_file = os.fspath(answers_file)
         self.producer = _jsonable(dict(producer))
         self.skipped: dict[str, str] = {}
+        self.committed = False
 
-    def start(self) -> None:
-        """A new (or overwritten) answers file: record the producer, forget earlier skips."""
-        self.skipped = {}
-        self._save()
+    def check(self, has_answers: bool) -> None:
+        """Check, without writing, that existing answers were produced by the same settings; keep their skips.
 
-    def resume(self, has_answers: bool) -> None:
-        """Check that the existing answers were produced by the same settings.
+        A file without answers has nothing to mix: a record left next to it (by a run that stopped before its
+        first answer) is replaced on :meth:`commit`.
 
         Raises:
-            UserError: If they were not, or if the file holds answers but no record of their producer.
+            UserError: If the answers were produced by other settings, or the file holds answers but no record.
         """
-        if not self.path.is_file():
-            if has_answers:
-                raise UserError(
-                    f"{self.what} file {self.answers_file!r} holds {self.what} but no record of the model and settings "
-                    f"that produced them ({self.path.name}); pass --overwrite to start again, or choose another "
-                    f"{self.output_flag}"
-                )
-            self.start()
+        self.skipped = {}
+        if not has_answers:
             return
+        if not self.path.is_file():
+            raise UserError(
+                f"{self.what} file {self.answers_file!r} holds {self.what} but no record of the model and settings "
+                f"that produced them ({self.path.name}); pass --overwrite to start again, or choose another "
+                f"{self.output_flag}"
+            )
         try:
             saved = json.loads(self.path.read_text(encoding="utf-8"))
             old, skipped = saved["producer"], saved.get("skipped", {})
@@ -135,7 +217,29 @@ class Provenance:
                 f"{self.what} file {self.answers_file!r} was produced with other settings ({'; '.join(changes)}); "
                 f"pass --overwrite to start again with the new ones, or choose another {self.output_flag}"
             )
-        self.skipped = dict(skipped)
+        self.skipped = dict(skipped) if isinstance(skipped, dict) else {}
+
+    def commit(self) -> None:
+        """Write the record (the producer and the skips so far); later skips are saved as they happen."""
+        self.committed = True
+        self._save()
+
+    def start(self) -> None:
+        """A new (or overwritten) answers file: record the producer, forget earlier skips."""
+        self.skipped = {}
+        self.commit()
+
+    def resume(self, has_answers: bool) -> None:
+        """:meth:`check`, then record the producer when the file holds no answers yet.
+
+        Raises:
+            UserError: See :meth:`check`.
+        """
+        self.check(has_answers)
+        if has_answers:
+            self.committed = True
+        else:
+            self.start()
 
     def open(self, *, overwrite: bool, has_answers: bool) -> "Provenance":
         """:meth:`start` when the run overwrites its output, else :meth:`resume`; returns ``self``."""
@@ -147,14 +251,18 @@ class Provenance:
 
     def record_skip(self, question_id: Any, reason: str) -> None:
         self.skipped[json.dumps(question_id)] = reason
-        self._save()
+        if self.committed:
+            self._save()
 
     def clear_skip(self, question_id: Any) -> None:
-        if self.skipped.pop(json.dumps(question_id), None) is not None:
+        if self.skipped.pop(json.dumps(question_id), None) is not None and self.committed:
             self._save()
 
     def _save(self) -> None:
         write_json(self.path, {"format": FORMAT, "producer": self.producer, "skipped": self.skipped})
 
 
-__all__ = ["NEUTRAL_FLAGS", "Provenance", "model_fingerprint", "producer_record", "sidecar_path"]
+__all__ = [
+    "NEUTRAL_FLAGS", "Provenance", "folder_fingerprint", "model_files", "model_fingerprint", "producer_record",
+    "records_fingerprint", "sidecar_path",
+]

@@ -3,6 +3,9 @@
 Same flags and defaults as upstream (``--model-path --model-base --image-file --query --conv-mode --sep
 --temperature --top_p --num_beams --max_new_tokens``), plus ``--device``. Several images are given as one
 ``--image-file`` separated by ``--sep`` (default ``,``). The answer is printed to stdout.
+
+``--video-file`` (instead of ``--image-file``) asks about a video: its frames are sampled by LLaVA-NeXT's rule
+(``--frames-upbound``, default 16; ``--force-sample``; see :mod:`llava.video`) and go in at one ``<image>`` marker.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
 from llava.conversation import conv_templates, resolve_conv_mode
-from llava.generation import GenerationConfig, default_device
-from llava.mm_utils import get_model_name_from_path, image_marker, images_to_pixels, load_image, tokenizer_image_token
+from llava.generation import GenerationConfig, resolve_device
+from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
-from llava.utils import cli_main, setup_logging
+from llava.utils import UserError, cli_main, setup_logging
+from llava.video import load_video
 
 
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
@@ -50,6 +54,24 @@ def load_images(image_files: Sequence[str]) -> list[Image.Image]:
     return [load_image(name) for name in image_files]
 
 
+def load_visuals(args: Any) -> list[Any]:
+    """The images of ``args.image_file``, or the sampled video of ``args.video_file`` (exactly one must be given).
+
+    Raises:
+        UserError: If neither or both are given, or a frame flag is out of range.
+    """
+    image_file, video_file = getattr(args, "image_file", None), getattr(args, "video_file", None)
+    if bool(image_file) == bool(video_file):
+        raise UserError("give either --image-file or --video-file (exactly one of them)")
+    if image_file:
+        return load_images(image_parser(args))
+    frames, force = getattr(args, "frames_upbound", None), bool(getattr(args, "force_sample", False))
+    frames = 16 if frames is None else frames
+    if frames < 0 or (force and frames == 0):
+        raise UserError(f"--frames-upbound must be >= 0 (>= 1 with --force-sample), got {frames}")
+    return [load_video(video_file, frames_upbound=frames, force_sample=force)]
+
+
 def eval_model(args: Any) -> str:
     """Load the model, answer ``args.query`` about ``args.image_file``, print and return the answer.
 
@@ -61,9 +83,10 @@ def eval_model(args: Any) -> str:
     from llava.model.builder import load_pretrained_model
 
     options = {**_OPTIONAL_DEFAULTS, **{key: getattr(args, key) for key in _OPTIONAL_DEFAULTS if getattr(args, key, None) is not None}}
-    device = options["device"] or default_device()
-    # Images first, so a bad file fails before the (slow) model load.
-    images = load_images(image_parser(args))
+    # Decoding values, the device and the images (or the video) first, so each mistake fails before the slow model load.
+    config = GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")})
+    device = resolve_device(options["device"])
+    images = load_visuals(args)
     model_name = get_model_name_from_path(args.model_path)
     tokenizer, model, image_processor, _ = load_pretrained_model(
         args.model_path, getattr(args, "model_base", None), model_name, device=device
@@ -75,15 +98,17 @@ def eval_model(args: Any) -> str:
     prompt = conv.get_prompt()
 
     input_ids = tokenizer_image_token(prompt, tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
-    pixels, image_sizes = images_to_pixels(images, image_processor, model.config, model.device, model.dtype)
+    pixels, image_sizes, modalities = visuals_to_pixels(images, image_processor, model.config, model.device, model.dtype)
+    extra = {} if modalities is None else {"modalities": modalities}
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     output_ids = model.generate(
         input_ids.to(model.device),
         images=pixels,
         image_sizes=image_sizes,
         pad_token_id=pad_token_id,
+        **extra,
         **question_kwargs(model, tokenizer, [prompt], conv),
-        **GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")}).generate_kwargs(),
+        **config.generate_kwargs(),
     )
     answer = tokenizer.batch_decode(output_ids, skip_special_tokens=True)[0].strip()
     print(answer)
@@ -94,7 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.eval.run_llava", description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", type=str, default="facebook/opt-350m")
     parser.add_argument("--model-base", type=str, default=None)
-    parser.add_argument("--image-file", type=str, required=True, help="image path or URL; several joined by --sep")
+    parser.add_argument("--image-file", type=str, default=None, help="image path or URL; several joined by --sep")
+    parser.add_argument("--video-file", "--video_file", dest="video_file", type=str, default=None,
+                        help="a video file instead of images (needs the 'video' extra)")
+    parser.add_argument("--frames-upbound", "--frames_upbound", dest="frames_upbound", type=int, default=16,
+                        help="at most this many video frames, evenly spread (0: one per second)")
+    parser.add_argument("--force-sample", "--force_sample", dest="force_sample", action="store_true",
+                        help="always take --frames-upbound evenly spread frames")
     parser.add_argument("--query", type=str, required=True)
     parser.add_argument("--conv-mode", type=str, default=None)
     parser.add_argument("--sep", type=str, default=",")
@@ -102,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top_p", "--top-p", dest="top_p", type=float, default=None)
     parser.add_argument("--num_beams", "--num-beams", dest="num_beams", type=int, default=1)
     parser.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=512)
-    parser.add_argument("--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
     return parser
 
 

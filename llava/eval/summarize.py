@@ -17,9 +17,14 @@ Usage::
       sqa.json          python -m llava.eval.eval_science_qa ...  IMG-Accuracy (%)
       textvqa.json      python -m llava.eval.eval_textvqa ...     accuracy (%)
       mmvet.json        python -m llava.eval.eval_mmvet ... --output-json   MM-Vet total (GPT judge)
+      seed.json         scripts/convert_seed_for_submission.py ... SEED-Bench image accuracy (%)   (not in Acc.)
+      qbench.json       python -m llava.eval.eval_qbench ...      Q-Bench LLVisionQA dev (%)      (not in Acc.)
+      qbench_zh.json    the same, Chinese instruction                                      (not in Acc.)
 
 Each file is an object with at least ``"score"`` (other fields are kept as details). Benchmarks without a
-file are shown as missing. Instead of a folder, ``RESULTS_DIR`` (and ``--baseline``) may be one JSON file
+file are shown as missing; SEED and Q-Bench are shown when present, after the Table-1 columns, and are not part of
+Acc. (the paper's Acc. is over its eight benchmarks). Any other ``*.json`` in the folder (besides the summary's own
+``summary.json`` and ``llava.eval.compare``'s ``cost.json``) is named in a warning as ignored. Instead of a folder, ``RESULTS_DIR`` (and ``--baseline``) may be one JSON file
 mapping benchmark names to scores, e.g. ``{"gqa": 62.9, "MMB-EN": 65.5, "mme": {"score": 1785}}``;
 names are the keys above or the column names below, in any case. ``--baseline paper-vanilla`` uses the
 paper's Vanilla row (LLaVA-v1.5-7B, 576 tokens).
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from llava.eval.files import atomic_output, check_outputs, read_json, write_json
+from llava.eval.files import atomic_output, guard_outputs, read_json, write_json
 from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -58,11 +63,22 @@ BENCHMARKS: dict[str, str] = {
     "mmvet": "MM-Vet",
 }
 
+# Score files the eval scripts write besides Table 1's: shown after its columns, never part of Acc.
+EXTRA_BENCHMARKS: dict[str, str] = {
+    "seed": "SEED-IMG",
+    "qbench": "Q-Bench",
+    "qbench_zh": "Q-Bench-ZH",
+}
+
+# JSON files a results folder may hold that are not scores: this command's output and compare's cost file.
+NOT_SCORES = frozenset({"summary.json", "cost.json"})
+
 # Other spellings accepted in score files.
 _ALIASES = {
     "mmb": "mmbench", "mmb_en": "mmbench", "mmbench_en": "mmbench", "mmb-cn": "mmbench_cn", "mmb_cn": "mmbench_cn",
     "mmbench-cn": "mmbench_cn", "pope_f1": "pope", "scienceqa": "sqa", "sqa_img": "sqa", "vqa-t": "textvqa",
-    "vqat": "textvqa", "mm-vet": "mmvet", "mme_all": "mme",
+    "vqat": "textvqa", "mm-vet": "mmvet", "mme_all": "mme", "seed_img": "seed", "seed-bench": "seed", "q-bench": "qbench",
+    "q-bench-zh": "qbench_zh",
 }
 
 # Table 1 of the paper, Vanilla LLaVA-v1.5-7B with all 576 visual tokens.
@@ -80,20 +96,27 @@ def benchmark_key(name: str) -> str:
         ValueError: For an unknown name, listing the accepted keys.
     """
     lowered = name.strip().lower()
-    if lowered in BENCHMARKS:
+    known = {**BENCHMARKS, **EXTRA_BENCHMARKS}
+    if lowered in known:
         return lowered
-    for key, column in BENCHMARKS.items():
+    for key, column in known.items():
         if lowered == column.lower():
             return key
     if lowered in _ALIASES:
         return _ALIASES[lowered]
-    raise ValueError(f"unknown benchmark {name!r}; expected one of {', '.join(BENCHMARKS)}")
+    raise ValueError(f"unknown benchmark {name!r}; expected one of {', '.join(known)}")
+
+
+def column_label(key: str) -> str:
+    """The table column of a benchmark key (Table 1's name, or the extra benchmarks')."""
+    return BENCHMARKS.get(key) or EXTRA_BENCHMARKS.get(key) or key
 
 
 def ordered_benchmarks(score_sets: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every benchmark key in ``score_sets``: Table 1's in its order, then others in order of appearance."""
     seen = [key for scores in score_sets for key in scores]
-    return [key for key in BENCHMARKS if key in seen] + list(dict.fromkeys(key for key in seen if key not in BENCHMARKS))
+    known = [*BENCHMARKS, *EXTRA_BENCHMARKS]
+    return [key for key in known if key in seen] + list(dict.fromkeys(key for key in seen if key not in known))
 
 
 def _score_value(value: Any, where: str) -> float:
@@ -106,8 +129,19 @@ def _score_value(value: Any, where: str) -> float:
     return float(value)
 
 
+def score_files(folder: str | os.PathLike[str]) -> tuple[dict[str, Path], list[Path]]:
+    """The score files of a results folder (``{key: <key>.json}``) and the other ``*.json`` files it ignores."""
+    root = Path(folder)
+    known = {*BENCHMARKS, *EXTRA_BENCHMARKS}
+    files = {key: root / f"{key}.json" for key in [*BENCHMARKS, *EXTRA_BENCHMARKS] if (root / f"{key}.json").is_file()}
+    ignored = sorted(path for path in root.glob("*.json") if path.stem not in known and path.name not in NOT_SCORES)
+    return files, ignored
+
+
 def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
     """Read benchmark scores from a results folder, a JSON mapping, or ``"paper-vanilla"``.
+
+    A folder's other ``*.json`` files are named in a warning (see :func:`score_files`).
 
     Raises:
         FileNotFoundError: If the path does not exist.
@@ -117,18 +151,25 @@ def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
         return dict(PAPER_VANILLA)
     path = Path(source)
     if path.is_dir():
-        scores = {}
-        for key in BENCHMARKS:
-            file = path / f"{key}.json"
-            if file.is_file():
-                scores[key] = _score_value(read_json(file, what="score file"), os.fspath(file))
-        return scores
+        files, ignored = score_files(path)
+        if ignored:
+            logger.warning("%s: ignored %s (not score files of %s)", path, ", ".join(p.name for p in ignored),
+                           ", ".join(f"{key}.json" for key in [*BENCHMARKS, *EXTRA_BENCHMARKS]))
+        return {key: _score_value(read_json(file, what="score file"), os.fspath(file)) for key, file in files.items()}
     if not path.is_file():
         raise FileNotFoundError(f"results {os.fspath(path)!r} is neither a folder nor a JSON file")
     mapping = read_json(path, what="scores file")
     if not isinstance(mapping, Mapping):
         raise ValueError(f"scores file {os.fspath(path)!r} must hold a JSON object of benchmark -> score")
     return {benchmark_key(name): _score_value(value, f"{os.fspath(path)}[{name!r}]") for name, value in mapping.items()}
+
+
+def input_files(source: str | os.PathLike[str] | None) -> list[Path]:
+    """The files :func:`load_scores` reads for ``source`` (for the output guard); none for the paper's row."""
+    if source is None or os.fspath(source) == PAPER_BASELINE_NAME:
+        return []
+    path = Path(source)
+    return list(score_files(path)[0].values()) if path.is_dir() else [path]
 
 
 @dataclass
@@ -147,6 +188,7 @@ class Summary:
         return {
             "name": self.name,
             "columns": BENCHMARKS,
+            "extra_columns": {key: label for key, label in EXTRA_BENCHMARKS.items() if key in self.scores},
             "scores": self.scores,
             "baseline_name": self.baseline_name,
             "baseline": self.baseline,
@@ -158,7 +200,8 @@ class Summary:
 
 
 def normalized_accuracy(scores: Mapping[str, float], baseline: Mapping[str, float]) -> tuple[float, dict[str, float]]:
-    """The paper's Acc.: ``100 * mean_b(s_b / s_b^baseline)`` over benchmarks both have (Table 1's and any other keys).
+    """The paper's Acc.: ``100 * mean_b(s_b / s_b^baseline)`` over the Table-1 benchmarks both have (not
+    :data:`EXTRA_BENCHMARKS`: the paper's Acc. is over its eight).
 
     Returns:
         ``(Acc., {benchmark: 100 * s_b / s_b^baseline})``.
@@ -166,7 +209,7 @@ def normalized_accuracy(scores: Mapping[str, float], baseline: Mapping[str, floa
     Raises:
         ValueError: If no benchmark is shared, or a baseline score is zero.
     """
-    shared = [key for key in ordered_benchmarks([scores]) if key in baseline]
+    shared = [key for key in ordered_benchmarks([scores]) if key in baseline and key not in EXTRA_BENCHMARKS]
     if not shared:
         raise ValueError("the run and the baseline have no benchmark in common")
     relative = {}
@@ -198,27 +241,37 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _columns(summary: Summary) -> list[str]:
+    """Table 1's benchmarks, then the extra ones the run has."""
+    return [*BENCHMARKS, *(key for key in EXTRA_BENCHMARKS if key in summary.scores)]
+
+
 def format_table(summary: Summary) -> str:
     """A Markdown table: the run's scores (and the baseline's, and the ratios) with Acc."""
-    header = ["Method", *BENCHMARKS.values(), "Acc."]
-    rows = [[summary.name, *(_cell(summary.scores.get(key)) for key in BENCHMARKS), _cell(summary.acc)]]
+    columns = _columns(summary)
+    header = ["Method", *(column_label(key) for key in columns), "Acc."]
+    rows = [[summary.name, *(_cell(summary.scores.get(key)) for key in columns), _cell(summary.acc)]]
     if summary.baseline_name is not None:
-        rows.append([f"{summary.baseline_name} (baseline)", *(_cell(summary.baseline.get(key)) for key in BENCHMARKS), "100.0"])
-        rows.append([f"{summary.name} / baseline (%)", *(_cell(summary.relative.get(key)) for key in BENCHMARKS), _cell(summary.acc)])
+        rows.append([f"{summary.baseline_name} (baseline)", *(_cell(summary.baseline.get(key)) for key in columns), "100.0"])
+        rows.append([f"{summary.name} / baseline (%)", *(_cell(summary.relative.get(key)) for key in columns), _cell(summary.acc)])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    extra = [column_label(key) for key in columns if key in EXTRA_BENCHMARKS]
+    if extra:
+        lines.append(f"\n{', '.join(extra)}: shown, not in Acc. (the paper's Acc. is over its eight benchmarks).")
     return "\n".join(lines)
 
 
 def write_csv(summary: Summary, path: str | os.PathLike[str]) -> None:
     """Write the rows of :func:`format_table` as CSV (unrounded numbers, empty cells for missing)."""
+    columns = _columns(summary)
     with atomic_output(path) as handle:
         writer = csv.writer(handle, lineterminator="\r\n")
-        writer.writerow(["row", *BENCHMARKS, "acc"])
-        writer.writerow([summary.name, *(summary.scores.get(key, "") for key in BENCHMARKS), summary.acc if summary.acc is not None else ""])
+        writer.writerow(["row", *columns, "acc"])
+        writer.writerow([summary.name, *(summary.scores.get(key, "") for key in columns), summary.acc if summary.acc is not None else ""])
         if summary.baseline_name is not None:
-            writer.writerow(["baseline", *(summary.baseline.get(key, "") for key in BENCHMARKS), 100.0])
-            writer.writerow(["relative_percent", *(summary.relative.get(key, "") for key in BENCHMARKS), summary.acc])
+            writer.writerow(["baseline", *(summary.baseline.get(key, "") for key in columns), 100.0])
+            writer.writerow(["relative_percent", *(summary.relative.get(key, "") for key in columns), summary.acc])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -234,13 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Summary:
     args = build_parser().parse_args(argv)
     setup_logging()
-    summary = summarize(args.results, args.baseline, args.name)
     results = Path(args.results)
     stem = results / "summary" if results.is_dir() else results.with_name(f"{results.stem}_summary")
     json_path = Path(args.output_json) if args.output_json else stem.with_suffix(".json")
     csv_path = Path(args.output_csv) if args.output_csv else stem.with_suffix(".csv")
-    inputs = {"results": args.results if results.is_file() else None, "--baseline": args.baseline if args.baseline and Path(args.baseline).is_file() else None}
-    check_outputs(inputs, {"--output-json": json_path, "--output-csv": csv_path})
+    inputs = {f"results {path.name}": path for path in input_files(args.results)}
+    inputs.update({f"--baseline {path.name}": path for path in input_files(args.baseline)})
+    guard_outputs(inputs=inputs, files={"--output-json": json_path, "--output-csv": csv_path})
+    summary = summarize(args.results, args.baseline, args.name)
     print(format_table(summary))
     write_json(json_path, summary.as_dict())
     write_csv(summary, csv_path)

@@ -12,43 +12,72 @@ whose path contains "review", every ``.jsonl`` file is a review file.
 
 Each review line has ``tuple = [reference score, model score]`` and usually a ``category``. Per category
 (and ``all``) the two scores are averaged (each mean rounded to 3 decimals, as upstream), and the line
-printed is ``<category> <100 * model / reference> <10 * reference> <10 * model>`` rounded to 1 decimal.
+printed is ``<category> <100 * model / reference> <10 * reference> <10 * model>`` rounded to 1 decimal. Reviews
+whose judge reply held no score pair (``[-1, -1]``) are left out of the means, with a warning counting them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from llava.utils import UserError, cli_main, setup_logging
 
+logger = logging.getLogger(__name__)
+
 _PREFIXES = ("gpt4_text", "reviews_", "review_")
+
+
+def is_unparsed(pair: Sequence[float]) -> bool:
+    """Whether a score pair is the placeholder of a review without scores (upstream writes ``[-1, -1]``)."""
+    return any(value < 0 for value in pair)
 
 
 def summarize_reviews(path: str | os.PathLike[str], ignore: Sequence[int] = ()) -> dict[str, tuple[float, float, float]]:
     """Return ``{category: (relative score, reference x10, model x10)}`` for one review file, sorted by name.
 
+    Reviews whose judge reply held no score pair (``[-1, -1]``) are left out of every mean and counted in a
+    warning: averaging the placeholder as a score would pull both means down.
+
     Raises:
-        ValueError: On a line that has neither ``tuple`` nor ``score``.
+        UserError: On a line that is not JSON, or has neither ``tuple`` nor ``score``.
     """
     scores: dict[str, list[list[float]]] = {}
+    unparsed = total = 0
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            review = json.loads(line)
+            try:
+                review = json.loads(line)
+            except ValueError:
+                review = None
+            if not isinstance(review, dict):
+                raise UserError(f"review file {os.fspath(path)!r} line {number} is not a JSON object; run "
+                                "eval_gpt_review_bench on it again (it sets damaged lines aside and re-reviews them)")
             if review.get("question_id") in ignore:
                 continue
             pair = review.get("tuple", review.get("score"))
             if not isinstance(pair, (list, tuple)) or len(pair) < 2:
-                raise ValueError(f"review file {os.fspath(path)!r} line {number} has no [reference, model] score pair")
-            values = [float(value) for value in pair]
+                raise UserError(f"review file {os.fspath(path)!r} line {number} has no [reference, model] score pair")
+            try:
+                values = [float(value) for value in pair]
+            except (TypeError, ValueError):
+                raise UserError(f"review file {os.fspath(path)!r} line {number}: the score pair {pair!r} is not numbers") from None
+            total += 1
+            if is_unparsed(values):
+                unparsed += 1
+                continue
             scores.setdefault("all", []).append(values)
             if "category" in review:
                 scores.setdefault(review["category"], []).append(values)
+    if unparsed:
+        logger.warning("%s: %d of %d reviews have no score pair (the judge's reply did not start with two scores) "
+                       "and are left out", os.fspath(path), unparsed, total)
     summary = {}
     for category in sorted(scores):
         pairs = scores[category]

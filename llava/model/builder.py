@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -29,6 +31,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from transformers.utils import cached_file
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
+from llava.utils import UserError
 
 from .checks import check_llava_config, check_loaded_weights, check_model_path, check_tokenizer_files, check_weight_files
 from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
@@ -69,6 +72,11 @@ def load_pretrained_model(
     device_map: Any = "auto",
     device: str = "cuda",
     use_flash_attn: bool = False,
+    torch_dtype: Any = None,
+    attn_implementation: str | None = None,
+    customized_config: Any = None,
+    overwrite_config: Mapping[str, Any] | None = None,
+    multimodal: bool = False,
     **kwargs: Any,
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, Any, int]:
     """Load a LLaVA (or plain LLM) checkpoint with upstream's signature and name rules.
@@ -81,6 +89,15 @@ def load_pretrained_model(
         device_map: Used when ``device == "cuda"``; any other device maps the whole model to it.
         device: ``"cuda"`` (default), ``"cpu"``, ``"cuda:1"``, ...
         use_flash_attn: Use ``flash_attention_2`` (flash-attn must be installed).
+        torch_dtype: LLaVA-NeXT's keyword: ``"float16"``, ``"bfloat16"``, ``"float32"``, ``"auto"`` or a
+            ``torch.dtype``; ``None`` keeps the default below (NeXT's own default is float16 everywhere).
+        attn_implementation: LLaVA-NeXT's keyword, passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``,
+            ``"flash_attention_2"``); ``None`` lets transformers choose (NeXT's own default is flash attention).
+        customized_config: LLaVA-NeXT's keyword: a config object, or a ``config.json`` path / directory, read in
+            place of ``model_path``'s config.
+        overwrite_config: LLaVA-NeXT's keyword: ``{key: value}`` set on the config before the model is built
+            (e.g. ``{"image_aspect_ratio": "pad"}``, ``{"mm_spatial_pool_stride": 2}``).
+        multimodal: LLaVA-NeXT's keyword: load a LLaVA checkpoint even when ``model_name`` lacks ``llava``.
         **kwargs: ``allow_missing_weights=True`` loads a full checkpoint that lacks some weights (they stay
             randomly initialised; by default that is an error naming them). The rest is passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
             is float32 on CPU and float16 elsewhere.
@@ -103,21 +120,27 @@ def load_pretrained_model(
         load_kwargs.pop("use_flash_attention_2")
         logger.warning("ignoring use_flash_attention_2 (a transformers 4 keyword); pass use_flash_attn=True instead")
     load_kwargs["device_map"], device = resolve_placement(device_map, device)
+    if torch_dtype is not None:
+        load_kwargs["torch_dtype"] = dtype_from_name(torch_dtype)
     load_kwargs.update(_precision_kwargs(load_8bit, load_4bit, device, load_kwargs))
     if use_flash_attn:
         load_kwargs["attn_implementation"] = "flash_attention_2"
+    if attn_implementation is not None:
+        load_kwargs["attn_implementation"] = attn_implementation
+    changes = ConfigChanges(customized_config, dict(overwrite_config or {}))
 
-    kind = checkpoint_kind(model_name, model_base)
+    # NeXT's multimodal=True: a LLaVA checkpoint whatever its name says (the name rules then pick the loader).
+    kind = checkpoint_kind(model_name if not multimodal or "llava" in model_name.lower() else f"llava-{model_name}", model_base)
     logger.info("loading %s as %s (base: %s)", model_path, kind, model_base)
     if kind == "language_model":
         tokenizer, model = _load_language_model(model_path, model_base, load_kwargs)
         return tokenizer, model, None, _context_length(model)
     if kind == "llava_lora":
-        tokenizer, model = _load_llava_lora(model_path, model_base, load_kwargs)
+        tokenizer, model = _load_llava_lora(model_path, model_base, load_kwargs, changes)
     elif kind == "llava_projector":
-        tokenizer, model = _load_llava_projector(model_path, model_base, load_kwargs)
+        tokenizer, model = _load_llava_projector(model_path, model_base, load_kwargs, changes)
     else:
-        tokenizer, model = _load_llava_full(model_path, load_kwargs, allow_missing_weights)
+        tokenizer, model = _load_llava_full(model_path, load_kwargs, allow_missing_weights, changes)
 
     image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device,
                                           trained_tower_from=model_path if kind == "llava_full" else None)
@@ -180,10 +203,45 @@ def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return load_tokenizer(path, use_fast=False)
 
 
-def _llava_config(model_path: str) -> tuple[LanguageModelEntry, Any]:
-    """The registry entry chosen by ``model_path``'s ``model_type`` and its config, read by that entry's class."""
+@dataclass(frozen=True)
+class ConfigChanges:
+    """LLaVA-NeXT's ``customized_config`` (a config object or a path read instead of the checkpoint's) and
+    ``overwrite_config`` (``{key: value}`` set on it), applied before the model is built."""
+
+    customized: Any = None
+    overwrite: dict[str, Any] = field(default_factory=dict)
+
+
+def dtype_from_name(value: Any) -> torch.dtype | str:
+    """A ``torch.dtype`` for ``torch_dtype`` given as a dtype or a name (``"float16"``, ``"bf16"``...); ``"auto"`` stays.
+
+    Raises:
+        UserError: For a name that is not a floating-point torch dtype.
+    """
+    if isinstance(value, torch.dtype) or value == "auto":
+        return value
+    names = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
+    name = names.get(str(value), str(value)).removeprefix("torch.")
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise UserError(f"torch_dtype {value!r} is not a floating-point dtype; use float16, bfloat16, float32 or auto")
+    return dtype
+
+
+def _llava_config(model_path: str, changes: ConfigChanges | None = None) -> tuple[LanguageModelEntry, Any]:
+    """The registry entry chosen by ``model_path``'s ``model_type`` and its config, read by that entry's class
+    (from ``changes.customized`` when given, then ``changes.overwrite`` applied)."""
     entry = language_model_for_checkpoint(model_path)
-    config = entry.config_class.from_pretrained(model_path)
+    customized = changes.customized if changes is not None else None
+    if customized is None:
+        config = entry.config_class.from_pretrained(model_path)
+    elif isinstance(customized, (str, os.PathLike)):
+        config = entry.config_class.from_pretrained(os.fspath(customized))
+    else:
+        config = customized
+    for key, value in (changes.overwrite if changes is not None else {}).items():
+        logger.info("overwriting config %s = %r", key, value)
+        setattr(config, key, value)
     check_llava_config(model_path, config)
     return entry, config
 
@@ -221,9 +279,9 @@ def _require(package: str, purpose: str) -> None:
 
 
 def _load_llava_full(
-    model_path: str, load_kwargs: dict[str, Any], allow_missing_weights: bool = False
+    model_path: str, load_kwargs: dict[str, Any], allow_missing_weights: bool = False, changes: ConfigChanges | None = None
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    entry, config = _llava_config(model_path)
+    entry, config = _llava_config(model_path, changes)
     check_weight_files(model_path)
     tokenizer = _load_tokenizer(model_path)
     model, info = entry.causal_lm_class.from_pretrained(
@@ -257,9 +315,9 @@ def _loading_field(info: Any, name: str) -> Any:
 
 
 def _load_llava_projector(
-    model_path: str, model_base: str, load_kwargs: dict[str, Any]
+    model_path: str, model_base: str, load_kwargs: dict[str, Any], changes: ConfigChanges | None = None
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
-    entry, config = _llava_config(model_path)
+    entry, config = _llava_config(model_path, changes)
     _check_base(entry, model_path, model_base)
     tokenizer = _load_tokenizer(model_base)
     weights_file = _find_file(model_path, PROJECTOR_FILES)
@@ -275,12 +333,12 @@ def _load_llava_projector(
 
 
 def _load_llava_lora(
-    model_path: str, model_base: str, load_kwargs: dict[str, Any]
+    model_path: str, model_base: str, load_kwargs: dict[str, Any], changes: ConfigChanges | None = None
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     _require("peft", "loading a LoRA checkpoint")
     from peft import PeftModel
 
-    entry, config = _llava_config(model_path)
+    entry, config = _llava_config(model_path, changes)
     _check_base(entry, model_path, model_base)
     tokenizer = _load_tokenizer(model_base)
     model = entry.causal_lm_class.from_pretrained(model_base, config=config, **load_kwargs)

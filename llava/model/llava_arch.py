@@ -44,6 +44,7 @@ from .multimodal_projector.builder import build_vision_projector
 from .multimodal_projector.plugins import plugin_for, projector_needs, settings_in
 from .patch_merge import MergeLayout, new_image_newline, unpad_image, uses_unpad
 from .splice import PADDING_SIDES
+from .video import check_modalities, features_with_videos, next_argument_order, prompts_per_frame, video_layout, video_positions
 from .vision_token_setup import add_vision_tokens
 from .weights_io import (
     PROJECTOR_KEY,
@@ -221,6 +222,7 @@ class LlavaMetaForCausalLM(ABC):
         images: ImageInput | None = None,
         image_sizes: Sequence[Sequence[int]] | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        modalities: Sequence[str] | str | None = None,
         question_ids: QuestionIds | None = None,
         **kwargs: Any,
     ) -> Any:
@@ -232,6 +234,8 @@ class LlavaMetaForCausalLM(ABC):
             images: ``[N, 3, H, W]`` (or a list / 5-D tensor of views, see ``image_features``), one per marker.
             image_sizes: ``(width, height)`` per image (anyres).
             labels: ``[B, L]``; image positions get ``IGNORE_INDEX`` in the spliced labels.
+            modalities: LLaVA-NeXT's tag per ``images`` item: ``"image"`` (default), ``"video"`` (the item is
+                ``[F, 3, H, W]`` frames, see :mod:`llava.model.video`) or ``"text"``.
             question_ids: Per sample, its question's token ids, for a compressor that reads the question
                 (:func:`llava.model.compressor_text.question_ids`); ignored otherwise.
             Other arguments: as the plain causal LM's ``forward``.
@@ -243,6 +247,7 @@ class LlavaMetaForCausalLM(ABC):
             (input_ids, position_ids, attention_mask, past_key_values, inputs_embeds, labels) = (
                 self.prepare_inputs_labels_for_multimodal(
                     input_ids, position_ids, attention_mask, past_key_values, labels, images, image_sizes,
+                    modalities=modalities,
                     question_ids=question_ids,
                 )
             )
@@ -264,6 +269,7 @@ class LlavaMetaForCausalLM(ABC):
         inputs: torch.LongTensor | None = None,
         images: ImageInput | None = None,
         image_sizes: Sequence[Sequence[int]] | None = None,
+        modalities: Sequence[str] | str | None = None,
         question_ids: QuestionIds | None = None,
         **kwargs: Any,
     ) -> torch.LongTensor:
@@ -281,6 +287,7 @@ class LlavaMetaForCausalLM(ABC):
                 come with ``attention_mask``.
             images: One image per marker, in batch order (see ``forward``).
             image_sizes: ``(width, height)`` per image.
+            modalities: ``"image"`` / ``"video"`` per ``images`` item, as LLaVA-NeXT's ``generate`` takes it.
             question_ids: Per prompt, its question's token ids, for a compressor that reads the question
                 (``**llava.model.compressor_text.question_kwargs(model, tokenizer, prompts, conv_mode)``).
             **kwargs: transformers generation options (``attention_mask``, ``max_new_tokens``,
@@ -296,6 +303,7 @@ class LlavaMetaForCausalLM(ABC):
         if images is not None:
             _, position_ids, attention_mask, _, inputs_embeds, _ = self.prepare_inputs_labels_for_multimodal(
                 inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left",
+                modalities=modalities,
                 question_ids=question_ids,
             )
         else:
@@ -369,25 +377,45 @@ class LlavaMetaForCausalLM(ABC):
         return self.get_model()(inputs_embeds=embeds, use_cache=False).last_hidden_state
 
     def image_features(
-        self, images: ImageInput, image_sizes: Sequence[Sequence[int]] | None = None, *, text: TextPerImage | None = None
+        self,
+        images: ImageInput,
+        image_sizes: Sequence[Sequence[int]] | None = None,
+        modalities: Sequence[str] | str | None = None,
+        *,
+        text: TextPerImage | None = None,
     ) -> list[torch.Tensor]:
-        """Projected visual tokens for each image.
+        """Projected visual tokens for each image or video.
 
         Args:
             images: ``[N, 3, H, W]``; or ``[N, V, 3, H, W]`` / a list of ``[3, H, W]`` or ``[V, 3, H, W]``
                 tensors (V views per image, e.g. anyres), merged per ``config.mm_patch_merge_type``
-                (:func:`llava.model.patch_merge.merge_views`).
-            image_sizes: ``(width, height)`` per image; needed for anyres ``spatial`` merging.
-            text: Each image's text for a compressor that reads it (see :meth:`encode_images`).
+                (:func:`llava.model.patch_merge.merge_views`). An item tagged ``"video"`` in ``modalities`` is
+                ``[F, 3, H, W]`` frames, turned into tokens by :func:`llava.model.video.video_tokens`.
+            image_sizes: ``(width, height)`` per image; needed for anyres ``spatial`` merging. With videos among
+                the items, one entry per item (as LLaVA-NeXT; the videos' entries are not read).
+            modalities: LLaVA-NeXT's tag per item (``"image"``, ``"video"``, ``"text"``); missing entries are images.
+            text: Each image's text for a compressor that reads it (see :meth:`encode_images`); a video's text goes
+                with each of its frames.
 
         Returns:
             N tensors ``[K_i, hidden_size]``.
         """
-        if isinstance(images, torch.Tensor) and images.ndim == 4:
-            return list(self.encode_images(images, text))
-        encoded = encode_views(images, lambda views: self.encode_images(views, text))
+        count = images.shape[0] if isinstance(images, torch.Tensor) else len(images)
+        videos = set(video_positions(check_modalities(modalities), count))
+        if not videos:
+            if isinstance(images, torch.Tensor) and images.ndim == 4:
+                return list(self.encode_images(images, text))
+            encoded = encode_views(images, lambda views: self.encode_images(views, text))
+            merge = getattr(self.config, "mm_patch_merge_type", None) or "flat"
+            return patch_merge.merge_views(encoded, image_sizes, merge, None if merge == "flat" else self._merge_layout())
+        frame_text = None if text is None else prompts_per_frame(text, images, modalities)
         merge = getattr(self.config, "mm_patch_merge_type", None) or "flat"
-        return patch_merge.merge_views(encoded, image_sizes, merge, None if merge == "flat" else self._merge_layout())
+        layout = video_layout(self.config, grid_shape(self.get_vision_tower()), getattr(self.get_model(), "image_newline", None))
+        return features_with_videos(
+            images, image_sizes, videos, lambda views: self.encode_images(views, frame_text),
+            lambda encoded, sizes: patch_merge.merge_views(encoded, sizes, merge, None if merge == "flat" else self._merge_layout()),
+            layout,
+        )
 
     def _merge_layout(self) -> MergeLayout:
         """The model's geometry for a spatial merge: ``image_newline``, the tower's grid and side, AnyRes keys."""
@@ -411,8 +439,9 @@ class LlavaMetaForCausalLM(ABC):
         labels: torch.LongTensor | None,
         images: ImageInput | None,
         image_sizes: Sequence[Sequence[int]] | None = None,
-        *,
+        *next_order: Any,
         padding_side: str | None = None,
+        modalities: Sequence[str] | str | None = None,
         question_ids: QuestionIds | None = None,
     ) -> tuple[None, torch.LongTensor | None, torch.Tensor | None, Any, torch.Tensor | None, torch.LongTensor | None]:
         """Replace every ``IMAGE_TOKEN_INDEX`` in ``input_ids`` with that image's K visual tokens.
@@ -432,7 +461,11 @@ class LlavaMetaForCausalLM(ABC):
             labels: ``[B, L]`` or ``None``.
             images: See :meth:`image_features`; one image per marker, in batch order.
             image_sizes: ``(width, height)`` per image (anyres only).
+            next_order: LLaVA-NeXT's positional order ``(..., images, modalities, image_sizes)`` is accepted too:
+                a string or list of strings in ``image_sizes``' place is read as ``modalities`` and the next
+                positional argument as ``image_sizes``.
             padding_side: ``"left"`` or ``"right"``; overrides the config (``generate`` uses left).
+            modalities: ``"image"`` / ``"video"`` / ``"text"`` per ``images`` item (see :meth:`image_features`).
             question_ids: Per sample, its question's token ids, for a compressor that reads the question; the
                 text a compressor reads goes to :meth:`image_features` as an argument
                 (:func:`llava.model.compressor_text.text_per_image`).
@@ -447,6 +480,7 @@ class LlavaMetaForCausalLM(ABC):
             ValueError: If markers and images do not match (no marker in any prompt, or more markers than
                 images), or the model has no vision tower but images were given.
         """
+        image_sizes, modalities = next_argument_order(image_sizes, next_order, modalities)
         if input_ids is None or input_ids.shape[1] == 1 or images is None:
             if input_ids is not None and input_ids.shape[1] > 1:
                 splice.check_no_image_markers(input_ids)
@@ -466,7 +500,7 @@ class LlavaMetaForCausalLM(ABC):
             projector_needs(self.get_model().mm_projector).text, id_rows, label_rows, taken, embed_tokens, question_ids,
             getattr(self.config, "mm_projector_type", None),
         )
-        features = self.image_features(images, image_sizes, text=text)
+        features = self.image_features(images, image_sizes, modalities, text=text)
         sequences, sequence_labels = splice.splice_batch(id_rows, label_rows, features, markers, taken, embed_tokens)
 
         max_length = getattr(self.config, "tokenizer_model_max_length", None)

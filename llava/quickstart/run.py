@@ -9,6 +9,10 @@ with ``qwen_1_5``). Differences from
 the paper's settings, because the models are tiny and start from random weights: learning rate 1e-3 in
 stage 2 (not 2e-5), several epochs, batch 16.
 
+``--video`` runs the same steps on short clips of moving shapes (:mod:`.video`: questions about order and motion),
+with ``llava.eval.model_vqa_video`` for the answers and, by default, ``mlp2x_gelu`` (LLaVA-NeXT's 2-D pool gives
+16 tokens per frame on the 8 × 8 grid) and three compressors at the same 16 tokens per frame.
+
 Output folder layout: ``data/`` (images, training files, questions), ``models/`` (tokenizer, tower, base
 LLM), ``runs/<projector>/{pretrain,finetune,answers.jsonl}``, ``results.json``, ``quickstart.png``, and the
 marker file ``.llava-quickstart``. The quickstart writes only into a new or empty folder, or one holding its
@@ -48,6 +52,8 @@ OWNED = ("data", "models", "runs")
 
 #: What the quickstart compares by default: upstream's projector and a compressor, named as strings.
 DEFAULT_PROJECTORS = ("mlp2x_gelu", "braco_c2s5")
+#: ``--video``'s default: NeXT's pooled mlp2x_gelu (8 x 8 → 4 x 4 = 16 per frame) and three compressors at 16 per frame.
+VIDEO_PROJECTORS = ("mlp2x_gelu", "braco_k16", "divprune_k16", "tokenpacker_k16")
 #: ``--projectors all``: upstream's projector, then every registered compressor at ``--budget``.
 ALL = "all"
 VANILLA_PROJECTOR = "mlp2x_gelu"
@@ -100,10 +106,15 @@ class QuickstartConfig:
     llm_layers: int = 2
     vocab_size: int = 700
     seed: int = 0
+    #: Clips of moving shapes instead of still scenes (``train_scenes`` then counts clips).
+    video: bool = False
 
 
 #: ``--reduced``: the same steps on less data and fewer epochs (CI).
 REDUCED = QuickstartConfig(train_scenes=1000, test_questions=150, finetune_epochs=3.0)
+#: ``--video`` (each clip is 4 frames, so fewer of them), and ``--video --reduced``.
+VIDEO = QuickstartConfig(projectors=VIDEO_PROJECTORS, train_scenes=600, test_questions=150, finetune_epochs=3.0, video=True)
+VIDEO_REDUCED = replace(VIDEO, train_scenes=300, test_questions=90, finetune_epochs=2.0)
 
 
 @dataclass(frozen=True)
@@ -119,10 +130,11 @@ def build_models(root: Path, config: QuickstartConfig) -> Models:
     """The backbone's tokenizer trained on the quickstart's texts, its random tower and its random LLM."""
     from llava.testing.tiny import build_tiny_llm, build_tiny_vision_tower, train_tiny_tokenizer_for
 
+    from .video import video_corpus
+
     backbone = resolve_backbone(config.backbone)
-    tokenizer = train_tiny_tokenizer_for(
-        backbone.llm, root / "tokenizer", texts=corpus(backbone.template), vocab_size=config.vocab_size
-    )
+    texts = video_corpus(backbone.template) if config.video else corpus(backbone.template)
+    tokenizer = train_tiny_tokenizer_for(backbone.llm, root / "tokenizer", texts=texts, vocab_size=config.vocab_size)
     # One encoder layer: mm_vision_select_layer -2 then reads the patch embeddings (plus positions).
     tower = build_tiny_vision_tower(
         backbone.tower_kind, root / backbone.tower_dir, image_size=config.image_size, patch_size=config.patch_size,
@@ -196,7 +208,7 @@ def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path, conv_mode: str) 
     tokenizer = load_tokenizer(str(tokenizer_dir))
     check_template_fits(conv_mode, tokenizer)
     counts = []
-    for record in read_jsonl(data.questions, what="question file"):
+    for record in read_jsonl(data.questions, what="question file"):  # an image or a video: one marker either way
         conv = conv_templates[conv_mode].copy()
         conv.append_message(conv.roles[0], "<image>\n" + record["text"])
         conv.append_message(conv.roles[1], None)
@@ -205,9 +217,11 @@ def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path, conv_mode: str) 
 
 
 def run_projector(projector: str, models: Models, data: DatasetFiles, config: QuickstartConfig, root: Path, prompt_tokens: int) -> RunResult:
-    """Stage 1, stage 2 and the held-out answers for one projector."""
-    from llava.eval import model_vqa_loader
+    """Stage 1, stage 2 and the held-out answers for one projector (clips: ``model_vqa_video``)."""
+    from llava.eval import model_vqa_loader, model_vqa_video
     from llava.train.train import train
+
+    from .video import video_answer_flags, video_prefill_flops
 
     pretrain_dir = root / f"llava-{projector}-pretrain"
     finetune_dir = root / f"llava-{projector}"
@@ -220,9 +234,12 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
     train(argv=finetune_flags(models, data, projector, config, finetune_dir, pretrain_dir / "mm_projector.bin"))
     seconds["stage2"] = time.perf_counter() - started
     started = time.perf_counter()
-    model_vqa_loader.main(answer_flags(finetune_dir, data, answers, models.template))
+    if config.video:
+        model_vqa_video.main(video_answer_flags(finetune_dir, data, answers, models.template))
+    else:
+        model_vqa_loader.main(answer_flags(finetune_dir, data, answers, models.template))
     seconds["eval"] = time.perf_counter() - started
-    flops = prefill_flops(finetune_dir, prompt_tokens)
+    flops = video_prefill_flops(finetune_dir, prompt_tokens, prefill_flops) if config.video else prefill_flops(finetune_dir, prompt_tokens)
     return RunResult(
         projector=projector, visual_tokens=flops["visual_tokens"], score=score_answers(answers, data.gold), flops=flops,
         seconds=seconds, checkpoint=str(finetune_dir), answers=str(answers),
@@ -288,10 +305,18 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     validate_config(replace(config, projectors=tuple(projectors)))
     out = prepare_out(out)
     started = time.perf_counter()
-    data = write_dataset(
-        out / "data", train_scenes=config.train_scenes, test_questions=config.test_questions,
-        turns_per_scene=config.turns_per_scene, image_size=config.image_size, seed=config.seed,
-    )
+    if config.video:
+        from .video import write_video_dataset
+
+        data = write_video_dataset(
+            out / "data", train_clips=config.train_scenes, test_questions=config.test_questions,
+            turns_per_clip=config.turns_per_scene, size=config.image_size, seed=config.seed,
+        )
+    else:
+        data = write_dataset(
+            out / "data", train_scenes=config.train_scenes, test_questions=config.test_questions,
+            turns_per_scene=config.turns_per_scene, image_size=config.image_size, seed=config.seed,
+        )
     models = build_models(out / "models", config)
     prompt_tokens = mean_prompt_tokens(data, models.tokenizer, models.template)
     setup_seconds = time.perf_counter() - started
@@ -309,6 +334,7 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     meta = {
         "config": asdict(config),
         "projectors": list(projectors),
+        "inputs": "video clips" if config.video else "images",
         "backbone": {"name": config.backbone, "description": resolve_backbone(config.backbone).description,
                      "template": models.template},
         "skipped": skipped,
@@ -342,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backbone", choices=list(BACKBONES), default=DEFAULT_BACKBONE,
                         help="tiny vision tower × LLM pair: " + "; ".join(f"{b.name}: {b.description}" for b in BACKBONES.values())
                              + " (default %(default)s)")
+    parser.add_argument("--video", action="store_true",
+                        help="clips of moving shapes (questions about order and motion) instead of still scenes; default "
+                             f"projectors then {' '.join(VIDEO_PROJECTORS)} (needs the 'video' extra)")
     parser.add_argument("--budget", type=int, default=QuickstartConfig.budget,
                         help="visual tokens per image for --projectors all (default %(default)s)")
     return parser
@@ -350,7 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     args = build_parser().parse_args(argv)
     setup_logging()
-    config = REDUCED if args.reduced else QuickstartConfig()
+    if args.video:
+        from llava.video import import_av
+
+        import_av()  # one sentence naming the extra, before anything is written
+        config = VIDEO_REDUCED if args.reduced else VIDEO
+    else:
+        config = REDUCED if args.reduced else QuickstartConfig()
     if args.budget < 1:
         raise ValueError(f"--budget must be a positive number of visual tokens, got {args.budget}")
     config = replace(config, budget=args.budget, backbone=args.backbone)
@@ -359,4 +394,4 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     return run_quickstart(args.out, config)
 
 
-__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "build_models", "expand_projectors", "main", "prepare_out", "run_quickstart", "validate_config"]
+__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "VIDEO", "VIDEO_REDUCED", "build_models", "expand_projectors", "main", "prepare_out", "run_quickstart", "validate_config"]

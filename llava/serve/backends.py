@@ -11,12 +11,13 @@ Both backends offer the same three calls, so ``chat_ui`` has one code path:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-import requests
+from llava import net
 
 from .protocol import (
     CHUNK_DELIMITER,
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 HEADERS = {"User-Agent": "LLaVA Client"}
+#: Largest answer chunk and compressor-view reply read from a worker (a view carries a PNG in base64).
+MAX_CHUNK_BYTES = 64 * 1024 * 1024
+MAX_VIEW_BYTES = 64 * 1024 * 1024
 
 
 class ChatBackend(Protocol):
@@ -42,33 +46,40 @@ class ChatBackend(Protocol):
 
     def stream(self, payload: dict[str, Any]) -> Iterator[StreamChunk]: ...
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]: ...
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]: ...
 
 
 class ControllerBackend:
-    """Talks to a controller (``--controller-url``) and the workers it names.
+    """Talks to a controller (``--controller-url``) and the workers it names, through :mod:`llava.net`.
 
     Args:
         controller_url: e.g. ``http://localhost:21001``.
-        connect_timeout: Seconds to wait for a connection to the controller or a worker.
-        read_timeout: Seconds to wait between two chunks of an answer.
+        call_timeout: Seconds, in all, for one call to the controller or a compressor view from a worker.
+        stream_timeout: Seconds, in all, for one streamed answer.
     """
 
-    def __init__(self, controller_url: str, *, connect_timeout: float = 5.0, read_timeout: float = 120.0) -> None:
+    def __init__(self, controller_url: str, *, call_timeout: float = 30.0, stream_timeout: float = 600.0) -> None:
         self.controller_url = controller_url.rstrip("/")
-        self.timeout = (connect_timeout, read_timeout)
+        self.call_timeout, self.stream_timeout = call_timeout, stream_timeout
 
-    def _post(self, path: str, payload: dict[str, Any] | None = None) -> requests.Response:
-        response = requests.post(self.controller_url + path, json=payload, headers=HEADERS, timeout=self.timeout)
-        response.raise_for_status()
-        return response
+    def _post(self, path: str, payload: dict[str, Any] | None = None) -> Any:
+        """The controller's JSON answer to ``path``.
+
+        Raises:
+            net.NetError, ValueError: If the controller cannot be reached or does not answer with JSON.
+        """
+        response = net.request("POST", self.controller_url + path, json=payload, headers=HEADERS,
+                               deadline=self.call_timeout, max_bytes=1024 * 1024, max_redirects=0)
+        if response.status != 200:
+            raise ValueError(f"HTTP {response.status} from {self.controller_url + path}")
+        return response.json()
 
     def list_models(self) -> list[str]:
         """Ask the controller to re-check its workers, then list their models (empty if it is unreachable)."""
         try:
             self._post("/refresh_all_workers")
-            return sorted(self._post("/list_models").json()["models"])
-        except (requests.RequestException, ValueError, KeyError) as error:
+            return sorted(str(name) for name in self._post("/list_models")["models"])
+        except (net.NetError, ValueError, KeyError, TypeError) as error:
             logger.warning("cannot list models from the controller at %s: %s", self.controller_url, error)
             return []
 
@@ -76,15 +87,16 @@ class ControllerBackend:
         """The address of a worker serving ``model``, or ``""`` when there is none.
 
         Raises:
-            requests.RequestException: If the controller cannot be reached.
+            net.NetError, ValueError: If the controller cannot be reached.
         """
-        return str(self._post("/get_worker_address", {"model": model}).json().get("address") or "")
+        answer = self._post("/get_worker_address", {"model": model})
+        return str(answer.get("address") or "") if isinstance(answer, dict) else ""
 
     def stream(self, payload: dict[str, Any]) -> Iterator[StreamChunk]:
         model = str(payload.get("model") or "")
         try:
             address = self.worker_address(model) if model else ""
-        except (requests.RequestException, ValueError) as error:
+        except (net.NetError, ValueError) as error:
             logger.warning("controller %s unreachable: %s", self.controller_url, error)
             yield StreamChunk(
                 f"No model is available: the controller at {self.controller_url} cannot be reached.", WORKER_UNREACHABLE
@@ -94,34 +106,54 @@ class ControllerBackend:
             yield StreamChunk(no_model_message(model), NO_WORKER)
             return
         try:
-            response = requests.post(
-                address + "/worker_generate_stream", json=payload, headers=HEADERS, stream=True, timeout=self.timeout
-            )
-            with response:
-                response.raise_for_status()
-                yield from decode_chunks(response.iter_lines(delimiter=CHUNK_DELIMITER))
-        except requests.RequestException as error:
+            with net.open_stream("POST", address + "/worker_generate_stream", json=payload, headers=HEADERS,
+                                 deadline=self.stream_timeout) as response:
+                # A refusal (busy, body too large) carries its own message; decode it like a chunk.
+                yield from decode_chunks(_refusal_or_pieces(response))
+        except net.DeadlineExceeded:
+            yield StreamChunk(f"The model worker at {address} did not finish the answer within "
+                              f"{self.stream_timeout:g} s; ask for fewer tokens or try again.", WORKER_UNREACHABLE)
+        except net.NetError as error:
             logger.warning("worker %s failed: %s", address, error)
             yield StreamChunk(unreachable_message(address), WORKER_UNREACHABLE)
         except ValueError as error:
             yield StreamChunk(str(error), WORKER_ERROR)
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
         try:
             address = self.worker_address(model)
             if not address:
                 return {"available": False}
-            response = requests.post(
-                address + "/worker_get_compressor_view", json={"images": list(images)}, headers=HEADERS,
-                timeout=self.timeout,
-            )
+            body = {"images": list(images), **({"videos": list(videos)} if videos else {})}
+            response = net.request("POST", address + "/worker_get_compressor_view", json=body,
+                                   headers=HEADERS, deadline=self.call_timeout, max_bytes=MAX_VIEW_BYTES, max_redirects=0)
             data = response.json()
-        except (requests.RequestException, ValueError) as error:
+        except (net.NetError, ValueError) as error:
             logger.warning("no compressor view for %s: %s", model, error)
             return {"available": False, "error": f"The compressor view could not be fetched ({error})."}
-        if response.status_code != 200:
-            return {"available": False, "error": str(data.get("error", response.reason))}
+        if not isinstance(data, dict):
+            return {"available": False, "error": "The worker's compressor view is not a JSON object."}
+        if response.status != 200:
+            return {"available": False, "error": str(data.get("error", f"HTTP {response.status}"))}
         return data
+
+
+def _refusal_or_pieces(response: net.Stream) -> Iterator[bytes]:
+    """The stream's NUL-separated pieces; for a non-200 answer, its JSON body as the one piece (a worker's
+    ``{"text", "error_code"}``), or a made-up error piece for a body of another shape."""
+    if response.status == 200:
+        yield from response.pieces(CHUNK_DELIMITER, MAX_CHUNK_BYTES)
+        return
+    body = response.read(64 * 1024)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and "text" in data and "error_code" in data:
+        yield body
+    else:
+        message = data.get("error") if isinstance(data, dict) else None
+        yield StreamChunk(str(message or f"The model worker answered HTTP {response.status}."), WORKER_ERROR).encode()[:-1]
 
 
 class LocalBackend:
@@ -149,12 +181,12 @@ class LocalBackend:
         with self._gate:
             yield from self.engine.generate_stream(payload)
 
-    def compressor_view(self, model: str, images: Sequence[str]) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
         if model != self.engine.model_name:
             return {"available": False}
         try:
             with self._gate:
-                return self.engine.compressor_view({"images": list(images)})
+                return self.engine.compressor_view({"images": list(images), "videos": list(videos)})
         except ValueError as error:
             return {"available": False, "error": str(error)}
 

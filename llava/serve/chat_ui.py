@@ -8,7 +8,10 @@ what the compressor keeps of the image (the compressor draws it; see :mod:`llava
 Events that gradio clients can call: ``/add_text`` (question, image, mode) then ``/http_bot`` (model,
 temperature, top_p, max_output_tokens), as the *Send* button does; ``/regenerate``; ``/clear_history``.
 Bad input (an empty question, a file that is not an image, an image with too many pixels) is refused with
-one sentence in an error pop-up; the page and the server carry on.
+one sentence in an error pop-up; the page and the server carry on. Uploads that are not images are refused and
+deleted as they arrive (:mod:`llava.serve.uploads`); accepted ones are deleted from gradio's cache an hour
+after upload and when the server stops (``delete_cache``). The page's server has the limits of the other
+servers (:class:`llava.serve.webapi.ServerLimits`): a body deadline, a connection limit, a keep-alive timeout.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import os
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +34,12 @@ from llava.conversation import Conversation, conv_templates, default_conversatio
 
 from .backends import ChatBackend
 from .demo_examples import demo_examples
-from .flags import image_limits
+from .flags import image_limits, server_limits
 from .images import ImageLimits, ImageRejected, open_image_file
 from .protocol import sentence
 from .templates import stop_string
+from .uploads import ImageUploadsOnly
+from .webapi import BodyDeadline, ServerLimits
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +60,10 @@ private images to a server you do not control."""
 EMPTY_QUESTION = "The question is empty; type a question about the image before sending."
 
 CSS = "#buttons button { min-width: min(120px, 100%); }"
+
+#: gradio's cache clean-up (``delete_cache``): every 10 minutes, files older than an hour go; all go at shutdown.
+CACHE_SWEEP_SECONDS = 600
+CACHE_MAX_AGE_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,22 @@ def refuse_unreadable_uploads(component: gr.Image) -> gr.Image:
     return component
 
 
+def read_uploaded_video(path: str, limits: Any) -> tuple[str, Image.Image]:
+    """``(base64 of the uploaded video file, its first frame)`` for the chat page.
+
+    Raises:
+        ValueError: If the file is over the upload limit or not a decodable video (one sentence).
+    """
+    from llava.video import load_video
+
+    if os.path.getsize(path) > limits.max_bytes:
+        raise ValueError(f"the uploaded video is larger than the {limits.max_bytes // 2**20} MiB this server accepts; upload a shorter one")
+    first = load_video(path, frames_upbound=1, force_sample=True)
+    with open(path, "rb") as handle:
+        encoded = base64.b64encode(handle.read()).decode("ascii")
+    return encoded, Image.fromarray(first.frames[0])
+
+
 def _png_to_image(encoded: str) -> Image.Image:
     return Image.open(io.BytesIO(base64.b64decode(encoded))).convert("RGB")
 
@@ -147,11 +175,27 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
     def buttons(enabled: bool) -> tuple[Any, Any]:
         return gr.Button(interactive=enabled), gr.Button(interactive=enabled)
 
-    def add_text(state: Conversation | None, text: str, image_path: str | None, mode: str) -> tuple[Any, ...]:
+    def add_text(
+        state: Conversation | None, text: str, image_path: str | None, mode: str, video_path: str | None = None
+    ) -> tuple[Any, ...]:
         text = text or ""
         if not text.strip():
             raise gr.Error(EMPTY_QUESTION, print_exception=False)
-        if image_path:
+        if image_path and video_path:
+            raise gr.Error("Upload an image or a video, not both.", print_exception=False)
+        video = None
+        if video_path:
+            try:
+                video, image_path = read_uploaded_video(video_path, options.image_limits), None
+            except ValueError as error:
+                raise gr.Error(sentence(str(error)), print_exception=False) from None
+            text = text[:MAX_TEXT_CHARS_WITH_IMAGE]
+            if DEFAULT_IMAGE_TOKEN not in text:
+                text = text + "\n" + DEFAULT_IMAGE_TOKEN
+            state = fresh_state()
+            state.video = video[0]
+            message: Any = (text, video[1], mode)
+        elif image_path:
             try:
                 image = open_image_file(image_path, options.image_limits)
             except ImageRejected as error:
@@ -159,7 +203,7 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             text = text[:MAX_TEXT_CHARS_WITH_IMAGE]
             if DEFAULT_IMAGE_TOKEN not in text:
                 text = text + "\n" + DEFAULT_IMAGE_TOKEN
-            message: Any = (text, image, mode)
+            message = (text, image, mode)
             state = fresh_state()  # a new image starts a new conversation, as upstream
         else:
             message = text[:MAX_TEXT_CHARS]
@@ -167,7 +211,7 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
         state.append_message(state.roles[0], message)
         state.append_message(state.roles[1], None)
         state.skip_next = False
-        return (state, chat_messages(state), "", None, *buttons(False), *panel(False))
+        return (state, chat_messages(state), "", None, *buttons(False), *panel(False), None, None)
 
     def regenerate(state: Conversation | None, image_process_mode: str) -> tuple[Any, ...]:
         if state is None or len(state.messages) < state.offset + 2:
@@ -177,11 +221,11 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
         if isinstance(previous[1], tuple):
             previous[1] = (*previous[1][:2], image_process_mode)
         state.skip_next = False
-        return (state, chat_messages(state), "", None, *buttons(False), *panel(False))
+        return (state, chat_messages(state), "", None, *buttons(False), *panel(False), gr.skip(), gr.skip())
 
     def clear_history() -> tuple[Any, ...]:
         state = fresh_state()
-        return (state, [], "", None, *buttons(False), *panel(False))
+        return (state, [], "", None, *buttons(False), *panel(False), None, None)
 
     def http_bot(
         state: Conversation | None, model: str | None, temperature: float, top_p: float, max_new_tokens: float
@@ -195,9 +239,12 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             template = conv_templates[options.conv_mode or template_for_model(model)].copy()
             template.append_message(template.roles[0], state.messages[-2][1])
             template.append_message(template.roles[1], None)
+            template.video = state.video
             state = template
         prompt = state.get_prompt()
-        images = state.get_images()
+        # A video conversation sends the video itself; its first frame only illustrates the chat.
+        images = [] if state.video else state.get_images()
+        videos = [state.video] if state.video else []
         payload = {
             "model": model,
             "prompt": prompt,
@@ -206,6 +253,7 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             "max_new_tokens": min(int(max_new_tokens), MAX_REQUEST_TOKENS),
             "stop": stop_string(state),
             "images": images,
+            **({"videos": videos} if videos else {}),
         }
         logger.info("request: model=%s, %d image(s), %d prompt characters", model, len(images), len(prompt))
         state.messages[-1][-1] = CURSOR
@@ -218,7 +266,10 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             state.messages[-1][-1] = chunk.text[len(prompt):].strip() + CURSOR
             yield (state, chat_messages(state), *buttons(False), *panel(False))
         state.messages[-1][-1] = str(state.messages[-1][-1]).removesuffix(CURSOR)
-        view = backend.compressor_view(model, images[:1]) if images else {"available": False}
+        if videos:
+            view = backend.compressor_view(model, [], videos)
+        else:
+            view = backend.compressor_view(model, images[:1]) if images else {"available": False}
         if view.get("available"):
             text = view["summary"] + (f"\n\n{view['help']}" if view.get("help") else "")
             shown = panel(True, text, _png_to_image(view["png"]))
@@ -228,7 +279,7 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             shown = panel(False)
         yield (state, chat_messages(state), *buttons(True), *shown)
 
-    with gr.Blocks(title="LLaVA", analytics_enabled=False) as demo:
+    with gr.Blocks(title="LLaVA", analytics_enabled=False, delete_cache=(CACHE_SWEEP_SECONDS, CACHE_MAX_AGE_SECONDS)) as demo:
         state = gr.State()
         if not options.embed:
             gr.Markdown(TITLE)
@@ -244,6 +295,9 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
                         elem_id="imagebox",
                     )
                 )
+                videobox = gr.Video(sources=["upload"], label="Video (instead of an image)", elem_id="videobox")
+                # The video reaches add_text through a State, so the page's API (question, image, mode) is unchanged.
+                video_path = gr.State()
                 image_process_mode = gr.Radio(
                     ["Crop", "Resize", "Pad", "Default"], value="Default", label="Preprocess for non-square image",
                     visible=False,
@@ -278,34 +332,60 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             gr.Markdown(NOTICE)
 
         panel_outputs = [compressor_panel, compressor_summary, compressor_image]
-        turn_outputs = [state, chatbot, textbox, imagebox, regenerate_btn, clear_btn, *panel_outputs]
+        turn_outputs = [state, chatbot, textbox, imagebox, regenerate_btn, clear_btn, *panel_outputs, videobox, video_path]
         bot_inputs = [state, model_selector, temperature, top_p, max_output_tokens]
         bot_outputs = [state, chatbot, regenerate_btn, clear_btn, *panel_outputs]
         bot_options = {"concurrency_limit": options.concurrency_count, "concurrency_id": "http_bot"}
 
         submit_btn.click(
-            add_text, [state, textbox, imagebox, image_process_mode], turn_outputs, api_name="add_text"
+            add_text, [state, textbox, imagebox, image_process_mode, video_path], turn_outputs, api_name="add_text"
         ).success(http_bot, bot_inputs, bot_outputs, api_name="http_bot", **bot_options)
         textbox.submit(
-            add_text, [state, textbox, imagebox, image_process_mode], turn_outputs, api_visibility="private"
+            add_text, [state, textbox, imagebox, image_process_mode, video_path], turn_outputs, api_visibility="private"
         ).success(http_bot, bot_inputs, bot_outputs, api_visibility="private", **bot_options)
         regenerate_btn.click(
             regenerate, [state, image_process_mode], turn_outputs, api_name="regenerate"
         ).success(http_bot, bot_inputs, bot_outputs, api_visibility="private", **bot_options)
         clear_btn.click(clear_history, None, turn_outputs, api_name="clear_history", queue=False)
+        videobox.change(lambda path: path, videobox, video_path, api_name="set_video", queue=False)
         demo.load(load_demo, None, [state, model_selector], api_visibility="private", queue=False)
     return demo
 
 
+def _stop_on_sigterm() -> None:
+    """Make SIGTERM stop the page as Ctrl-C does, so that gradio's shutdown (and its cache clean-up) runs."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def launch(demo: gr.Blocks, *, host: str, port: int | None, share: bool, concurrency_count: int,
-           max_queue_size: int, max_upload_bytes: int, block: bool = True) -> gr.Blocks:
-    """Start the page: a bounded gradio queue, upload size limit, binding to ``host``."""
+           max_queue_size: int, image_limits: ImageLimits, limits: ServerLimits = ServerLimits(),
+           block: bool = True) -> gr.Blocks:
+    """Start the page: a bounded gradio queue, image-only uploads up to the size limit, the servers' connection
+    limits, binding to ``host``."""
+    from gradio.utils import get_upload_folder
+    from starlette.middleware import Middleware
+
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     demo.queue(max_size=max_queue_size, default_concurrency_limit=concurrency_count)
+    middleware = [Middleware(BodyDeadline, seconds=limits.body_timeout),
+                  Middleware(ImageUploadsOnly, limits=image_limits, upload_folder=get_upload_folder())]
+    if block:
+        _stop_on_sigterm()
     demo.launch(
-        server_name=host, server_port=port, share=share, max_file_size=max_upload_bytes, prevent_thread_lock=not block,
-        theme=gr.themes.Default(), css=CSS, footer_links=["api"], ssr_mode=False,
+        server_name=host, server_port=port, share=share, max_file_size=image_limits.max_bytes, prevent_thread_lock=True,
+        theme=gr.themes.Default(), css=CSS, footer_links=["api"], ssr_mode=False, app_kwargs={"middleware": middleware},
     )
+    # gradio builds its uvicorn config itself; each new connection reads these two from it.
+    demo.server.config.limit_concurrency = limits.limit_concurrency
+    demo.server.config.timeout_keep_alive = limits.timeout_keep_alive
+    if block:
+        demo.block_thread()
     return demo
 
 
@@ -322,7 +402,7 @@ def options_from_args(args: Any, model_list_mode: str = "once") -> UiOptions:
 def launch_from_args(demo: gr.Blocks, args: Any, options: UiOptions, block: bool = True) -> gr.Blocks:
     return launch(
         demo, host=args.host, port=args.port, share=args.share, concurrency_count=options.concurrency_count,
-        max_queue_size=args.max_queue_size, max_upload_bytes=options.image_limits.max_bytes, block=block,
+        max_queue_size=args.max_queue_size, image_limits=options.image_limits, limits=server_limits(args), block=block,
     )
 
 

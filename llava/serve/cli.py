@@ -2,11 +2,18 @@
 
 Reads one user turn per line from stdin until end of input or an empty line, and streams each answer to
 stdout with the generation loop the model worker and the web demo share (:mod:`llava.serve.generation`).
+``--video-file`` chats about a video instead (frames sampled by LLaVA-NeXT's rule, ``--frames-upbound``, default 16).
 Flags and defaults follow upstream (``--temperature 0.2 --max-new-tokens 512``); ``--device`` defaults to
 CUDA when available, else CPU.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
+    import os, sys  # noqa: E401
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    from llava.serve import run_as_module
+    run_as_module(__file__)
 
 import argparse
 import logging
@@ -14,12 +21,13 @@ from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
-from llava.generation import default_device
-from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token
+from llava.generation import check_generation_values, default_device, resolve_device
+from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
-from llava.utils import cli_main, setup_logging
+from llava.utils import UserError, cli_main, setup_logging
+from llava.video import load_video
 
-from .generation import prepare_pixels, stream_answer
+from .generation import stream_answer
 from .templates import stop_string
 
 logger = logging.getLogger(__name__)
@@ -32,19 +40,33 @@ def _read_turn(prompt: str) -> str:
         return ""
 
 
+def _load_visual(args: argparse.Namespace) -> object:
+    """The image of ``--image-file`` or the sampled video of ``--video-file`` (exactly one must be given)."""
+    if bool(args.image_file) == bool(getattr(args, "video_file", None)):
+        raise UserError("give either --image-file or --video-file (exactly one of them)")
+    if args.image_file:
+        return load_image(args.image_file)
+    if args.frames_upbound < 1:
+        raise UserError(f"--frames-upbound must be >= 1 for a chat about a video, got {args.frames_upbound}")
+    return load_video(args.video_file, frames_upbound=args.frames_upbound, force_sample=args.force_sample)
+
+
 def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
     from llava.model.builder import load_pretrained_model
 
-    image = load_image(args.image_file)  # before the (slow) model load, so a bad file fails fast
+    # Flags and the image (or the video) are checked before the (slow) model load, so they fail fast.
+    check_generation_values(args.temperature, None, 1, args.max_new_tokens)
+    device = resolve_device(args.device)
+    visual = _load_visual(args)
     model_name = get_model_name_from_path(args.model_path)
     tokenizer, model, image_processor, _ = load_pretrained_model(
-        args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=args.device
+        args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device
     )
     conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
     # ChatML role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
     roles = ("user", "assistant") if conv.sep_style in (SeparatorStyle.MPT, SeparatorStyle.CHATML) else conv.roles
-    pixels, image_sizes = prepare_pixels([image], image_processor, model)
+    pixels, image_sizes, modalities = visuals_to_pixels([visual], image_processor, model.config, model.device, model.dtype)
 
     first_turn = True
     while True:
@@ -65,7 +87,7 @@ def run_chat(args: argparse.Namespace) -> None:
         printed = answer = ""
         for answer in stream_answer(
             model, tokenizer, input_ids, images=pixels, image_sizes=image_sizes, temperature=args.temperature,
-            max_new_tokens=args.max_new_tokens, stop=stop_string(conv),
+            max_new_tokens=args.max_new_tokens, stop=stop_string(conv), modalities=modalities,
             **question_kwargs(model, tokenizer, [prompt], conv),
         ):
             if answer.startswith(printed):  # the last value may revise earlier text; the terminal keeps it
@@ -82,7 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.serve.cli", description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", type=str, default="facebook/opt-350m")
     parser.add_argument("--model-base", type=str, default=None)
-    parser.add_argument("--image-file", type=str, required=True, help="image path or URL")
+    parser.add_argument("--image-file", type=str, default=None, help="image path or URL")
+    parser.add_argument("--video-file", "--video_file", dest="video_file", type=str, default=None,
+                        help="a video file instead of an image (needs the 'video' extra)")
+    parser.add_argument("--frames-upbound", "--frames_upbound", dest="frames_upbound", type=int, default=16,
+                        help="at most this many video frames, evenly spread")
+    parser.add_argument("--force-sample", "--force_sample", dest="force_sample", action="store_true",
+                        help="always take --frames-upbound evenly spread frames")
     parser.add_argument("--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
     parser.add_argument("--conv-mode", type=str, default=None)
     parser.add_argument("--temperature", type=float, default=0.2)

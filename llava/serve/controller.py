@@ -1,7 +1,8 @@
 """The controller: keeps track of model workers and tells clients where to send requests.
 
     python -m llava.serve.controller [--host 127.0.0.1] [--port 21001] [--dispatch-method shortest_queue|lottery]
-                                     [--heartbeat-expiration 30]
+        [--heartbeat-expiration 30] [--allowed-worker-hosts HOST ...] [--stream-timeout 600]
+        [--limit-concurrency 256] [--timeout-keep-alive 5] [--body-timeout 60] [--max-request-mb 32]
 
 Upstream's endpoints (all POST, JSON): ``/register_worker`` {worker_name, check_heart_beat, worker_status?},
 ``/refresh_all_workers``, ``/list_models`` -> {models}, ``/get_worker_address`` {model} -> {address} (``""``
@@ -9,30 +10,47 @@ when none), ``/receive_heart_beat`` {worker_name, queue_length} -> {exist}, ``/w
 on to a worker; see :mod:`llava.serve.protocol`) and ``/worker_get_status`` (the sum over all workers).
 A worker that registered with ``check_heart_beat`` and has been silent for ``--heartbeat-expiration``
 seconds is dropped.
+
+Admission (see :mod:`llava.serve.admission`): a worker address must be a bare origin on the allow-list
+(loopback, plus ``--allowed-worker-hosts``), and the controller lists it only after fetching a well-formed
+status from it itself; a ``worker_status`` in the registration body is ignored. Every call to a worker goes
+through :mod:`llava.net` (total deadline, size cap, no redirects), and a relayed answer stops when its client
+leaves, when a chunk exceeds the size bound, or after ``--stream-timeout`` seconds.
 """
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
+    import os, sys  # noqa: E401
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    from llava.serve import run_as_module
+    run_as_module(__file__)
+
 import argparse
+import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import requests
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from llava import net
 from llava.constants import CONTROLLER_HEART_BEAT_EXPIRATION
 from llava.utils import cli_main, setup_logging
 
-from .flags import add_bind_flags, add_flag, add_request_limit_flags, request_limit
-from .protocol import CHUNK_DELIMITER, NO_WORKER, WORKER_UNREACHABLE, StreamChunk, no_model_message, unreachable_message
-from .webapi import DEFAULT_MAX_REQUEST_BYTES, bad_request, read_body
+from .admission import AllowedHosts, WorkerRefused, parse_status, worker_origin
+from .flags import add_bind_flags, add_flag, add_request_limit_flags, add_server_limit_flags, request_limit, server_limits
+from .protocol import (
+    CHUNK_DELIMITER, NO_WORKER, WORKER_ERROR, WORKER_UNREACHABLE, StreamChunk, no_model_message, sentence, unreachable_message,
+)
+from .webapi import DEFAULT_MAX_REQUEST_BYTES, bad_request, read_body, uvicorn_server
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +73,10 @@ class Controller:
         dispatch_method: ``"shortest_queue"`` (fewest queued requests per unit of speed) or ``"lottery"``
             (random, weighted by speed).
         heartbeat_expiration: Seconds of silence after which a heartbeat-checked worker is dropped.
-        status_timeout: Seconds to wait for a worker's ``/worker_get_status``.
-        stream_timeout: ``(connect, read)`` seconds for requests passed on to workers.
+        allowed_hosts: Hosts workers may live on (loopback always).
+        status_timeout: Seconds, in all, for a worker's ``/worker_get_status``.
+        stream_timeout: Seconds, in all, for one answer relayed from a worker.
+        max_chunk_bytes: Largest chunk of a relayed answer (a chunk carries the prompt and the answer so far).
     """
 
     def __init__(
@@ -64,8 +84,10 @@ class Controller:
         dispatch_method: str = "shortest_queue",
         heartbeat_expiration: float = CONTROLLER_HEART_BEAT_EXPIRATION,
         *,
+        allowed_hosts: AllowedHosts = AllowedHosts(),
         status_timeout: float = 5.0,
-        stream_timeout: tuple[float, float] = (5.0, 120.0),
+        stream_timeout: float = 600.0,
+        max_chunk_bytes: int = DEFAULT_MAX_REQUEST_BYTES + 1024 * 1024,
     ) -> None:
         if dispatch_method not in DISPATCH_METHODS:
             raise ValueError(
@@ -73,10 +95,14 @@ class Controller:
             )
         if not heartbeat_expiration > 0:
             raise ValueError(f"heartbeat_expiration must be positive, got {heartbeat_expiration!r}")
+        if not status_timeout > 0 or not stream_timeout > 0:
+            raise ValueError(f"timeouts must be positive, got {status_timeout!r} and {stream_timeout!r} (--stream-timeout)")
         self.dispatch_method = dispatch_method
         self.heartbeat_expiration = float(heartbeat_expiration)
+        self.allowed_hosts = allowed_hosts
         self.status_timeout = status_timeout
         self.stream_timeout = stream_timeout
+        self.max_chunk_bytes = max_chunk_bytes
         self._workers: dict[str, WorkerInfo] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -84,38 +110,43 @@ class Controller:
 
     # ------------------------------------------------------------------------------------------ registry
 
-    def register_worker(self, worker_name: str, check_heart_beat: bool, worker_status: dict[str, Any] | None) -> bool:
-        """Add or update a worker; without ``worker_status`` the worker is asked for it. False if that fails."""
-        status = worker_status or self.get_worker_status(worker_name)
-        if not status:
+    def register_worker(self, worker_name: Any, check_heart_beat: bool, worker_status: Any = None) -> bool:
+        """Add or update a worker once it answers ``/worker_get_status`` itself; False if it does not.
+
+        ``worker_status`` (upstream's self-declared status) is accepted for compatibility and ignored: only a
+        status fetched from the worker is used.
+
+        Raises:
+            WorkerRefused: For an address that is not a bare origin on the allow-list (nothing is sent to it).
+        """
+        name = worker_origin(worker_name, self.allowed_hosts)
+        if worker_status is not None:
+            logger.debug("ignoring the status %s sent with its own registration; asking it", name)
+        status = self.get_worker_status(name)
+        if status is None:
             return False
-        try:
-            info = WorkerInfo(
-                model_names=[str(name) for name in status["model_names"]],
-                speed=float(status.get("speed", 1)),
-                queue_length=int(status.get("queue_length", 0)),
-                check_heart_beat=bool(check_heart_beat),
-                last_heart_beat=time.monotonic(),
-            )
-        except (KeyError, TypeError, ValueError):
-            logger.error("worker %s sent an unusable status: %r", worker_name, status)
-            return False
+        info = WorkerInfo(
+            model_names=status["model_names"], speed=status["speed"], queue_length=status["queue_length"],
+            check_heart_beat=bool(check_heart_beat), last_heart_beat=time.monotonic(),
+        )
         with self._lock:
-            known = worker_name in self._workers
-            self._workers[worker_name] = info
-        logger.info("%s worker %s serving %s", "updated" if known else "registered", worker_name, info.model_names)
+            known = name in self._workers
+            self._workers[name] = info
+        logger.info("%s worker %s serving %s", "updated" if known else "registered", name, info.model_names)
         return True
 
     def get_worker_status(self, worker_name: str) -> dict[str, Any] | None:
-        """The worker's ``/worker_get_status`` answer, or ``None`` if it does not answer properly."""
+        """The worker's ``/worker_get_status`` answer, checked (:func:`parse_status`), or ``None``."""
         try:
-            response = requests.post(worker_name + "/worker_get_status", timeout=self.status_timeout)
-            response.raise_for_status()
-            status = response.json()
-        except (requests.RequestException, ValueError) as error:
+            response = net.request("POST", worker_name + "/worker_get_status", deadline=self.status_timeout,
+                                   max_bytes=64 * 1024, max_redirects=0)
+            status = parse_status(response.json()) if response.status == 200 else None
+        except (net.NetError, ValueError) as error:
             logger.warning("cannot get the status of worker %s: %s", worker_name, error)
             return None
-        return status if isinstance(status, dict) else None
+        if status is None:
+            logger.warning("%s did not answer /worker_get_status like a model worker (HTTP %d)", worker_name, response.status)
+        return status
 
     def remove_worker(self, worker_name: str) -> None:
         with self._lock:
@@ -129,17 +160,21 @@ class Controller:
     def refresh_all_workers(self) -> None:
         """Ask every worker for its status again; drop those that do not answer."""
         for name, info in self.workers().items():
-            if not self.register_worker(name, info.check_heart_beat, None):
+            if not self.register_worker(name, info.check_heart_beat):
                 logger.info("removing unresponsive worker %s", name)
                 self.remove_worker(name)
 
-    def receive_heart_beat(self, worker_name: str, queue_length: int) -> bool:
+    def receive_heart_beat(self, worker_name: Any, queue_length: int) -> bool:
         """Record a heartbeat; False tells an unknown worker to register again."""
+        try:
+            name = worker_origin(worker_name, self.allowed_hosts)
+        except WorkerRefused:
+            return False
         with self._lock:
-            info = self._workers.get(worker_name)
+            info = self._workers.get(name)
             if info is None:
                 return False
-            info.queue_length = int(queue_length)
+            info.queue_length = max(int(queue_length), 0)
             info.last_heart_beat = time.monotonic()
             return True
 
@@ -198,22 +233,17 @@ class Controller:
 
     # ------------------------------------------------------------------------------------------ acting as a worker
 
+    def relay(self, params: dict[str, Any]) -> Relay:
+        """A generation request passed on to a worker for ``params["model"]`` (see :class:`Relay`)."""
+        return Relay(self, params)
+
     def generate_stream(self, params: dict[str, Any]) -> Iterator[bytes]:
-        """Pass a generation request on to a worker for ``params["model"]`` and relay its chunks."""
-        model = str(params.get("model") or "")
-        address = self.get_worker_address(model)
-        if not address:
-            yield StreamChunk(no_model_message(model), NO_WORKER).encode()
-            return
+        """The relayed answer's NUL-terminated chunks (iterated in the calling thread)."""
+        relay = self.relay(params)
         try:
-            url = address + "/worker_generate_stream"
-            with requests.post(url, json=params, stream=True, timeout=self.stream_timeout) as response:
-                for piece in response.iter_lines(delimiter=CHUNK_DELIMITER):
-                    if piece:
-                        yield piece + CHUNK_DELIMITER
-        except requests.RequestException as error:
-            logger.warning("worker %s failed: %s", address, error)
-            yield StreamChunk(unreachable_message(address), WORKER_UNREACHABLE).encode()
+            yield from relay
+        finally:
+            relay.close()
 
     def aggregate_status(self) -> dict[str, Any]:
         """Status of all workers together, so that a controller can register with another controller."""
@@ -222,10 +252,83 @@ class Controller:
         for name in self.workers():
             status = self.get_worker_status(name)
             if status:
-                models.update(status.get("model_names", []))
-                speed += float(status.get("speed", 0))
-                queue_length += int(status.get("queue_length", 0))
+                models.update(status["model_names"])
+                speed += status["speed"]
+                queue_length += status["queue_length"]
         return {"model_names": sorted(models), "speed": speed, "queue_length": queue_length}
+
+
+class Relay:
+    """One answer passed on from a worker: iterate it (in a worker thread) for NUL-terminated chunks.
+
+    :meth:`close` may be called from any thread while another one iterates: it closes the connection to the
+    worker at once, so a read blocked on a silent worker returns and the iteration ends.
+    """
+
+    def __init__(self, controller: Controller, params: dict[str, Any]) -> None:
+        self.controller, self.params = controller, params
+        self._stream: net.Stream | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        if self._stream is not None:
+            self._stream.interrupt()  # the reading thread closes the connection itself as the read returns
+
+    def __iter__(self) -> Iterator[bytes]:
+        model = str(self.params.get("model") or "")
+        address = self.controller.get_worker_address(model)
+        if not address:
+            yield StreamChunk(no_model_message(model), NO_WORKER).encode()
+            return
+        deadline = self.controller.stream_timeout
+        try:
+            with net.open_stream("POST", address + "/worker_generate_stream", json=self.params, deadline=deadline) as stream:
+                self._stream = stream
+                if self._closed:
+                    return
+                if stream.status != 200:
+                    yield _refusal_chunk(stream).encode()
+                    return
+                for piece in stream.pieces(CHUNK_DELIMITER, self.controller.max_chunk_bytes):
+                    yield piece + CHUNK_DELIMITER
+        except net.ResponseTooLarge as error:
+            logger.warning("worker %s: %s", address, error)
+            yield StreamChunk(f"The model worker at {address} sent an answer chunk over the size bound; the answer was "
+                              "cut.", WORKER_ERROR).encode()
+        except net.DeadlineExceeded:
+            logger.warning("worker %s did not finish an answer within %g s", address, deadline)
+            yield StreamChunk(f"The model worker at {address} did not finish the answer within {deadline:g} s "
+                              "(--stream-timeout); ask for fewer tokens or try again.", WORKER_UNREACHABLE).encode()
+        except net.NetError as error:
+            if self._closed:
+                return  # the client left; nobody reads this any more
+            logger.warning("worker %s failed: %s", address, error)
+            yield StreamChunk(unreachable_message(address), WORKER_UNREACHABLE).encode()
+
+
+def _refusal_chunk(stream: net.Stream) -> StreamChunk:
+    """A worker's non-200 answer as one error chunk: its own ``{"text", "error_code"}`` or ``{"error"}``."""
+    try:
+        data = json.loads(stream.read(64 * 1024))
+    except (net.NetError, ValueError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("text"), str) and isinstance(data.get("error_code"), int):
+        return StreamChunk(data["text"], data["error_code"] or WORKER_ERROR)
+    if isinstance(data, dict) and isinstance(data.get("error"), str):
+        return StreamChunk(sentence(data["error"]), WORKER_ERROR)
+    return StreamChunk(f"The model worker at {stream.url} answered HTTP {stream.status}.", WORKER_ERROR)
+
+
+async def pump(relay: Relay) -> AsyncIterator[bytes]:
+    """The relay's chunks for a ``StreamingResponse``; when the client leaves (the response task is cancelled)
+    the thread reading from the worker is abandoned and the relay closed, which ends that read at once."""
+    chunks = iter(relay)
+    try:
+        while (piece := await anyio.to_thread.run_sync(next, chunks, None, abandon_on_cancel=True)) is not None:
+            yield piece
+    finally:
+        relay.close()
 
 
 # ---------------------------------------------------------------------------------------------- HTTP
@@ -240,11 +343,19 @@ def create_app(controller: Controller, *, max_request_bytes: int = DEFAULT_MAX_R
         data = await read_body(request, "worker_name", max_bytes=max_request_bytes)
         if isinstance(data, JSONResponse):
             return data
-        ok = await run_in_threadpool(
-            controller.register_worker, str(data["worker_name"]), bool(data.get("check_heart_beat", True)),
-            data.get("worker_status"),
-        )
-        return {"registered": ok}
+        try:
+            ok = await run_in_threadpool(
+                controller.register_worker, data["worker_name"], bool(data.get("check_heart_beat", True)),
+                data.get("worker_status"),
+            )
+        except WorkerRefused as error:
+            logger.warning("refused to register %r: %s", data["worker_name"], error)
+            return JSONResponse({"registered": False, "error": sentence(str(error))}, status_code=error.status)
+        if not ok:
+            message = (f"the controller could not get a model worker's status from {data['worker_name']}; "
+                       "it registers the worker once that answers")
+            return {"registered": False, "error": sentence(message)}
+        return {"registered": True}
 
     @app.post("/refresh_all_workers")
     async def refresh_all_workers() -> Any:
@@ -271,14 +382,14 @@ def create_app(controller: Controller, *, max_request_bytes: int = DEFAULT_MAX_R
             queue_length = int(data.get("queue_length", 0))
         except (TypeError, ValueError):
             return bad_request(f"queue_length must be an integer, got {data.get('queue_length')!r}")
-        return {"exist": controller.receive_heart_beat(str(data["worker_name"]), queue_length)}
+        return {"exist": controller.receive_heart_beat(data["worker_name"], queue_length)}
 
     @app.post("/worker_generate_stream")
     async def worker_generate_stream(request: Request) -> Any:
         data = await read_body(request, max_bytes=max_request_bytes)
         if isinstance(data, JSONResponse):
             return data
-        return StreamingResponse(controller.generate_stream(data))
+        return StreamingResponse(pump(controller.relay(data)))
 
     @app.post("/worker_get_status")
     async def worker_get_status() -> Any:
@@ -293,21 +404,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_flag(parser, "--dispatch-method", choices=DISPATCH_METHODS, default="shortest_queue")
     add_flag(parser, "--heartbeat-expiration", type=float, default=CONTROLLER_HEART_BEAT_EXPIRATION,
              help="seconds of silence before a worker is dropped")
+    add_flag(parser, "--allowed-worker-hosts", "--allow-worker", nargs="+", action="extend", default=[], metavar="HOST",
+             help="hosts (names, IP addresses, CIDR networks, or *) workers may register from besides loopback")
+    add_flag(parser, "--stream-timeout", type=float, default=600.0, help="seconds one relayed answer may take in all")
     add_request_limit_flags(parser)
+    add_server_limit_flags(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``) and serve until interrupted."""
-    import uvicorn
-
     args = build_parser().parse_args(argv)
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
-    controller = Controller(args.dispatch_method, args.heartbeat_expiration)
+    max_request_bytes, limits = request_limit(args), server_limits(args)
+    allowed = AllowedHosts.parse(args.allowed_worker_hosts)
+    if allowed.any_host:
+        logger.warning("--allowed-worker-hosts '*': any host that can reach this controller can register a worker")
+    controller = Controller(
+        args.dispatch_method, args.heartbeat_expiration, allowed_hosts=allowed, stream_timeout=args.stream_timeout,
+        max_chunk_bytes=max_request_bytes + 1024 * 1024,
+    )
+    logger.info("workers admitted from %s", allowed.describe())
     controller.start()
     try:
-        uvicorn.run(create_app(controller, max_request_bytes=request_limit(args)), host=args.host, port=args.port, log_level="warning")
+        uvicorn_server(create_app(controller, max_request_bytes=max_request_bytes), args.host, args.port, limits).run()
     finally:
         controller.stop()
 

@@ -25,7 +25,7 @@ from llava.model.compressor_text import question_kwargs
 
 from .generation import prepare_pixels, stream_answer
 from .images import ImageLimits, decode_base64_image
-from .panels import compute_view, view_for, view_payload
+from .panels import compute_video_view, compute_view, view_for, view_payload
 from .protocol import WORKER_ERROR, StreamChunk, sentence
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ class GenerateRequest:
 
     prompt: str
     images: tuple[str, ...] = ()
+    #: Base64-encoded video files (one ``<image>`` marker each, never together with images; issue 23).
+    videos: tuple[str, ...] = ()
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 256
@@ -77,6 +79,11 @@ class GenerateRequest:
         images = params.get("images") or []
         if not isinstance(images, (list, tuple)) or not all(isinstance(image, str) for image in images):
             raise ValueError("images must be a list of base64-encoded image files")
+        videos = params.get("videos") or []
+        if not isinstance(videos, (list, tuple)) or not all(isinstance(video, str) for video in videos):
+            raise ValueError("videos must be a list of base64-encoded video files")
+        if videos and (images or len(videos) > 1):
+            raise ValueError("send either images or one video per request, not both")
         stop = params.get("stop") or None
         if stop is not None and not isinstance(stop, str):
             raise ValueError(f"stop must be a string, got {stop!r}")
@@ -86,6 +93,7 @@ class GenerateRequest:
         return cls(
             prompt=prompt,
             images=tuple(images),
+            videos=tuple(videos),
             temperature=_number(params, "temperature", 1.0, 0.0, 100.0),
             top_p=_number(params, "top_p", 1.0, 0.0, 1.0),
             max_new_tokens=min(int(max_new_tokens), MAX_NEW_TOKENS_CAP),
@@ -179,6 +187,9 @@ class ModelEngine:
             yield StreamChunk(message, WORKER_ERROR)
 
     def _generate(self, request: GenerateRequest) -> Iterator[StreamChunk]:
+        if request.videos:
+            yield from self._generate_video(request)
+            return
         self.image_limits.check_count(len(request.images))
         markers = request.prompt.count(DEFAULT_IMAGE_TOKEN)
         if request.images and not self.is_multimodal:
@@ -215,6 +226,32 @@ class ModelEngine:
         if answer != sent:
             yield StreamChunk(request.prompt + answer)
 
+    def _generate_video(self, request: GenerateRequest) -> Iterator[StreamChunk]:
+        """:meth:`_generate` for a request with one video (frames by LLaVA-NeXT's rule, :mod:`llava.serve.video_input`)."""
+        from .video_input import decode_base64_video, video_pixels
+
+        if not self.is_multimodal:
+            raise ValueError(f"model {self.model_name!r} takes no videos, but one was sent")
+        if request.prompt.count(DEFAULT_IMAGE_TOKEN) != 1:
+            raise ValueError(f"a prompt with a video needs exactly one {DEFAULT_IMAGE_TOKEN} marker for it")
+        video = decode_base64_video(request.videos[0], self.image_limits)
+        prompt = request.prompt.replace(DEFAULT_IMAGE_TOKEN, image_marker(self.model.config))
+        input_ids = tokenizer_image_token(prompt, self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
+        pixels, tokens = video_pixels(self.model, self.image_processor, video)
+        max_new_tokens = min(request.max_new_tokens, self.max_context - input_ids.shape[1] - tokens)
+        if max_new_tokens < 1:
+            raise ValueError(
+                f"the video and the conversation are too long for the model's context of {self.max_context} tokens; "
+                "clear the history and start a new conversation"
+            )
+        answer = ""
+        for answer in stream_answer(
+            self.model, self.tokenizer, input_ids, images=[pixels], image_sizes=[video.size], temperature=request.temperature,
+            top_p=request.top_p, max_new_tokens=max_new_tokens, stop=request.stop, modalities=["video"],
+            **question_kwargs(self.model, self.tokenizer, [prompt], template_for_model(self.model_name)),
+        ):
+            yield StreamChunk(request.prompt + answer)
+
     # ------------------------------------------------------------------------------------------ compressor panel
 
     def compressor_view(self, params: Any) -> dict[str, Any]:
@@ -229,6 +266,12 @@ class ModelEngine:
         """
         if not self.has_compressor_view:
             return {"available": False}
+        videos = params.get("videos") if isinstance(params, Mapping) else None
+        if videos:
+            from .video_input import decode_base64_video
+
+            video = decode_base64_video(videos[0], self.image_limits)
+            return view_payload(compute_video_view(self.model, self.image_processor, video))
         images = params.get("images") if isinstance(params, Mapping) else None
         if not isinstance(images, (list, tuple)) or not images:
             raise ValueError("the request needs 'images': a list with at least one base64-encoded image file")

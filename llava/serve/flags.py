@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .images import ImageLimits
+from llava.utils import UserError
+
+from .webapi import ServerLimits
+
+if TYPE_CHECKING:
+    from .images import ImageLimits
 
 LOOPBACK_HELP = "address to bind (default 127.0.0.1: this machine only)"
 
@@ -49,14 +54,39 @@ def add_request_limit_flags(parser: argparse.ArgumentParser) -> None:
              help="request bodies larger than this (MiB) get a 413 answer")
 
 
+def add_server_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """``--limit-concurrency --timeout-keep-alive --body-timeout`` (uvicorn's names for the first two)."""
+    defaults = ServerLimits()
+    add_flag(parser, "--limit-concurrency", type=int, default=defaults.limit_concurrency,
+             help="connections served at once; requests beyond that get HTTP 503")
+    add_flag(parser, "--timeout-keep-alive", type=int, default=defaults.timeout_keep_alive,
+             help="seconds an idle keep-alive connection stays open")
+    add_flag(parser, "--body-timeout", type=float, default=defaults.body_timeout,
+             help="seconds a request has to deliver its whole body; slower ones get HTTP 408")
+
+
+def server_limits(args: argparse.Namespace) -> ServerLimits:
+    """The server-limit flags, checked.
+
+    Raises:
+        UserError: Naming the bad flag.
+    """
+    try:
+        return ServerLimits(args.limit_concurrency, args.timeout_keep_alive, args.body_timeout)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
 def request_limit(args: argparse.Namespace) -> int:
     """``--max-request-mb`` in bytes."""
     if not args.max_request_mb > 0:
-        raise ValueError(f"--max-request-mb must be positive, got {args.max_request_mb!r}")
+        raise UserError(f"--max-request-mb must be positive, got {args.max_request_mb!r}")
     return int(args.max_request_mb * 1024 * 1024)
 
 
 def image_limits(args: argparse.Namespace) -> ImageLimits:
+    from .images import ImageLimits  # imports torch (through llava.mm_utils): only the commands that take images
+
     return ImageLimits.from_megapixels(args.max_image_megapixels, args.max_upload_mb, args.max_images)
 
 
@@ -69,9 +99,10 @@ def add_page_flags(parser: argparse.ArgumentParser) -> None:
     add_image_limit_flags(parser)
     add_flag(parser, "--share", action="store_true", help="also publish a public gradio.live link")
     add_flag(parser, "--embed", action="store_true", help="hide the title and notes")
+    add_server_limit_flags(parser)
 
 
 __all__ = [
     "add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "add_request_limit_flags",
-    "image_limits", "request_limit",
+    "add_server_limit_flags", "image_limits", "request_limit", "server_limits",
 ]

@@ -118,6 +118,7 @@ def stream_answer(
     top_p: float | None = None,
     max_new_tokens: int = 512,
     stop: str | None = None,
+    modalities: Sequence[str] | None = None,
     question_ids: Sequence[torch.Tensor] | None = None,
 ) -> Iterator[str]:
     """Generate an answer and yield it, growing, as it is decoded.
@@ -131,6 +132,7 @@ def stream_answer(
         top_p: Nucleus sampling mass, used only when sampling.
         max_new_tokens: Upper bound on generated tokens.
         stop: Text that ends the answer; it and anything after it are dropped.
+        modalities: ``"image"`` / ``"video"`` per ``images`` item when a video is among them (else ``None``).
         question_ids: The prompt's question ids, for a compressor that reads the question
             (:func:`llava.model.compressor_text.question_kwargs`).
 
@@ -157,6 +159,8 @@ def stream_answer(
         **({} if question_ids is None else {"question_ids": question_ids}),
         **GenerationConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens).generate_kwargs(),
     )
+    if modalities is not None:
+        kwargs["modalities"] = list(modalities)
     failure: list[BaseException] = []
 
     def run() -> None:

@@ -3,22 +3,32 @@
     python -m llava.serve.gradio_web_server [--controller-url http://localhost:21001] [--host 127.0.0.1]
         [--port 7860] [--model-list-mode once|reload] [--concurrency-count 16] [--max-queue-size 64]
         [--conv-mode MODE] [--max-image-megapixels 25] [--max-upload-mb 20] [--share] [--embed] [--moderate]
+        [--stream-timeout 600] [--limit-concurrency 256] [--timeout-keep-alive 5] [--body-timeout 60]
 
 The page (see :mod:`llava.serve.chat_ui`) asks the controller which worker serves the selected model and
 streams the answer from that worker; for a model whose compressor has a view it also asks the worker for
 the panel of what the compressor keeps of the image. ``--model-list-mode once`` lists the models at start-up, ``reload`` on
-every page load. Unlike upstream, the page binds to 127.0.0.1 unless ``--host`` says otherwise.
+every page load. Unlike upstream, the page binds to 127.0.0.1 unless ``--host`` says otherwise. Calls to the
+controller and the workers go through :mod:`llava.net`; a streamed answer may take ``--stream-timeout`` seconds
+in all.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
+    import os, sys  # noqa: E401
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    from llava.serve import run_as_module
+    run_as_module(__file__)
 
 import argparse
 import logging
 from collections.abc import Sequence
 
-from llava.utils import cli_main, setup_logging
+from llava import net
+from llava.utils import UserError, cli_main, setup_logging
 
-from .flags import add_flag, add_page_flags
+from .flags import add_flag, add_page_flags, server_limits
 
 logger = logging.getLogger(__name__)
 DESCRIPTION = __doc__.splitlines()[0]
@@ -30,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flag(parser, "--controller-url", "--controller", type=str, default="http://localhost:21001")
     add_flag(parser, "--model-list-mode", choices=("once", "reload"), default="once")
     add_flag(parser, "--moderate", action="store_true", help="accepted for compatibility; no moderation is done")
+    add_flag(parser, "--stream-timeout", type=float, default=600.0, help="seconds one streamed answer may take in all")
     return parser
 
 
@@ -44,7 +55,14 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     if args.moderate:
         logger.warning("--moderate has no effect: this build contacts no moderation service")
     options = options_from_args(args, args.model_list_mode)
-    backend = ControllerBackend(args.controller_url)
+    server_limits(args)  # checked before anything starts
+    try:
+        net.origin_of(args.controller_url)
+    except net.NetError as error:
+        raise UserError(f"--controller-url: {error}; give e.g. http://localhost:21001") from None
+    if not args.stream_timeout > 0:
+        raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
+    backend = ControllerBackend(args.controller_url, stream_timeout=args.stream_timeout)
     models = backend.list_models()
     if not models:
         logger.warning("the controller at %s lists no models yet", args.controller_url)

@@ -91,8 +91,8 @@ def _check_size(num_bytes: int, limits: ImageLimits) -> None:
         )
 
 
-def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -> Image.Image:
-    """Read the header, check type and pixel count, then decode to RGB."""
+def _open_header(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -> Image.Image:
+    """Read the header only and check type and pixel count; the pixels are not decoded."""
     try:
         with bomb_guard():  # the rule every image loader shares (llava.mm_utils)
             image = Image.open(stream)
@@ -101,7 +101,7 @@ def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -
             f"the image has far more pixels than the {_megapixels(limits.max_pixels)} this server accepts; "
             "downscale it and try again"
         ) from None
-    except (UnidentifiedImageError, OSError, ValueError):
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError):
         raise ImageRejected(
             f"the upload is not an image this server can read; upload a {_ACCEPTED_TEXT} file"
         ) from None
@@ -115,6 +115,12 @@ def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -
             f"the image is {width}x{height} ({_megapixels(width * height)}), more than the "
             f"{_megapixels(limits.max_pixels)} this server accepts; downscale it and try again"
         )
+    return image
+
+
+def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -> Image.Image:
+    """Read the header, check type and pixel count, then decode to RGB."""
+    image = _open_header(stream, limits)
     try:
         with bomb_guard():
             image.load()
@@ -126,6 +132,21 @@ def _open_checked(stream: io.BufferedIOBase | io.BytesIO, limits: ImageLimits) -
         ) from None
     except (OSError, ValueError, SyntaxError, EOFError):
         raise ImageRejected("the image file is damaged or truncated; upload it again or use another file") from None
+
+
+def check_image_file(path: str | os.PathLike[str], limits: ImageLimits = ImageLimits()) -> None:
+    """Check an uploaded file from its size and header alone (type, pixel count), without decoding it.
+
+    Raises:
+        ImageRejected: As :func:`open_image_file`, except for damage that only decoding would find.
+    """
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        raise ImageRejected(f"the uploaded file {os.fspath(path)!r} cannot be found; upload it again") from None
+    _check_size(size, limits)
+    with open(path, "rb") as handle:
+        _open_header(handle, limits)
 
 
 def open_image_bytes(data: bytes, limits: ImageLimits = ImageLimits()) -> Image.Image:
@@ -186,6 +207,7 @@ __all__ = [
     "ACCEPTED_FORMATS",
     "ImageLimits",
     "ImageRejected",
+    "check_image_file",
     "decode_base64_image",
     "encode_image_base64",
     "open_image_bytes",

@@ -4,7 +4,9 @@
         [--worker-address http://localhost:21002] [--controller-address http://localhost:21001]
         [--model-base BASE] [--model-name NAME] [--device cuda] [--limit-model-concurrency 5]
         [--stream-interval 1] [--no-register] [--load-8bit | --load-4bit] [--use-flash-attn]
-        [--heartbeat-interval 15] [--max-image-megapixels 25] [--max-upload-mb 20]
+        [--heartbeat-interval 15] [--max-image-megapixels 25] [--max-upload-mb 20] [--max-images 8]
+        [--max-request-mb 32] [--max-waiting-requests 16] [--max-pending-mb 256]
+        [--limit-concurrency 256] [--timeout-keep-alive 5] [--body-timeout 60]
 
 Upstream's endpoints (POST, JSON): ``/worker_generate_stream`` streams NUL-separated
 ``{"text", "error_code"}`` chunks (see :mod:`llava.serve.protocol`); ``/worker_get_status`` ->
@@ -13,12 +15,20 @@ compressor panel's JSON (:mod:`llava.serve.panels`; ``{"available": false}`` for
 400 ``{"error"}`` for a bad image). :data:`LEGACY_VIEW_ROUTE` answers the same, for clients of earlier releases.
 
 At most ``--limit-model-concurrency`` requests run at once; the others wait (and count in
-``queue_length``). The worker registers with the controller once it is listening, then sends a heartbeat
+``queue_length``). At most ``--max-waiting-requests`` more may wait, and all held requests together carry at
+most ``--max-pending-mb`` of body: a request beyond either bound is refused at once, before its body is read,
+with HTTP 503 and upstream's error JSON ``{"text": "...", "error_code": 1}``. The worker registers with the controller once it is listening, then sends a heartbeat
 every ``--heartbeat-interval`` seconds and registers again whenever the controller has forgotten it.
 Without ``--worker-address`` the worker announces ``http://<host>:<port>`` (``localhost`` for 127.0.0.1).
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
+    import os, sys  # noqa: E401
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    from llava.serve import run_as_module
+    run_as_module(__file__)
 
 import argparse
 import asyncio
@@ -27,19 +37,24 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import requests
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
+from llava import net
 from llava.constants import WORKER_HEART_BEAT_INTERVAL
-from llava.utils import cli_main, setup_logging
+from llava.generation import resolve_device
+from llava.utils import UserError, cli_main, setup_logging
 
+from .admission import AllowedHosts, WorkerRefused, worker_origin
 from .engine import ModelEngine
-from .flags import add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, add_request_limit_flags, image_limits, request_limit
-from .protocol import sentence
-from .webapi import DEFAULT_MAX_REQUEST_BYTES, bad_request, read_body
+from .flags import (
+    add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, add_request_limit_flags, add_server_limit_flags,
+    image_limits, request_limit, server_limits,
+)
+from .protocol import WORKER_ERROR, sentence
+from .webapi import DEFAULT_MAX_REQUEST_BYTES, PendingLimit, bad_request, read_body, uvicorn_server
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +65,11 @@ LEGACY_VIEW_ROUTE = "/worker_get_braco_view"
 
 #: Seconds to wait for the server to start listening before registering anyway.
 _STARTUP_WAIT = 120.0
+#: Seconds, in all, for one call to the controller (registration, heartbeat).
+CONTROLLER_TIMEOUT = 10.0
+#: Defaults of ``--max-waiting-requests`` and ``--max-pending-mb``.
+DEFAULT_MAX_WAITING = 16
+DEFAULT_MAX_PENDING_BYTES = 256 * 1024 * 1024
 
 
 class ConcurrencyGate:
@@ -114,14 +134,28 @@ class ModelWorker:
     def status(self) -> dict[str, Any]:
         return self.engine.status(self.gate.queue_length)
 
+    def _call_controller(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        response = net.request("POST", self.controller_address + path, json=payload, deadline=CONTROLLER_TIMEOUT,
+                               max_bytes=64 * 1024, max_redirects=0)
+        data = response.json()
+        if not isinstance(data, dict):
+            raise ValueError(f"HTTP {response.status}, not a JSON object")
+        if response.status != 200:
+            raise ValueError(f"HTTP {response.status}: {data.get('error', data)}")
+        return data
+
     def register(self) -> bool:
-        """Announce this worker to the controller; False (logged) if the controller cannot be reached."""
+        """Announce this worker to the controller (which then asks this worker for its status); False (logged)
+        if the controller cannot be reached or does not list the worker."""
         payload = {"worker_name": self.worker_address, "check_heart_beat": True, "worker_status": self.status()}
         try:
-            response = requests.post(self.controller_address + "/register_worker", json=payload, timeout=5)
-            response.raise_for_status()
-        except requests.RequestException as error:
+            answer = self._call_controller("/register_worker", payload)
+        except (net.NetError, ValueError) as error:
             logger.error("cannot register with the controller at %s: %s", self.controller_address, error)
+            return False
+        if answer.get("registered") is False:
+            logger.error("the controller at %s did not register %s: %s", self.controller_address, self.worker_address,
+                         answer.get("error", "no reason given"))
             return False
         logger.info("registered %s as %s", self.engine.model_name, self.worker_address)
         return True
@@ -130,10 +164,8 @@ class ModelWorker:
         """One heartbeat; registers again if the controller no longer knows this worker."""
         payload = {"worker_name": self.worker_address, "queue_length": self.gate.queue_length}
         try:
-            response = requests.post(self.controller_address + "/receive_heart_beat", json=payload, timeout=5)
-            response.raise_for_status()
-            known = bool(response.json().get("exist"))
-        except (requests.RequestException, ValueError) as error:
+            known = bool(self._call_controller("/receive_heart_beat", payload).get("exist"))
+        except (net.NetError, ValueError) as error:
             logger.warning("heartbeat to %s failed: %s", self.controller_address, error)
             return
         if not known:
@@ -160,10 +192,31 @@ class ModelWorker:
         self._stop.set()
 
 
-def create_app(engine: ModelEngine, gate: ConcurrencyGate, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
-    """The worker's FastAPI app; ``gate`` bounds how many requests use ``engine`` at once, and bodies larger
-    than ``max_request_bytes`` get a 413 answer."""
+def busy_answer(message: str) -> tuple[int, dict[str, Any]]:
+    """A request refused because the worker holds as many as it accepts: HTTP 503 with upstream's error JSON
+    (and ``error``, which the compressor-view clients read)."""
+    return 503, {"text": sentence(message), "error_code": WORKER_ERROR, "error": sentence(message)}
+
+
+def create_app(engine: ModelEngine, gate: ConcurrencyGate, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+               max_waiting: int = DEFAULT_MAX_WAITING, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> FastAPI:
+    """The worker's FastAPI app.
+
+    Args:
+        engine: The loaded model.
+        gate: Bounds how many requests use ``engine`` at once.
+        max_request_bytes: Largest body accepted (a larger one gets a 413 answer).
+        max_waiting: Requests that may wait for the gate besides those running; more are refused at once (503).
+        max_pending_bytes: Body bytes of all held requests together; a request beyond it is refused at once (503).
+    """
+    if max_waiting < 0:
+        raise UserError(f"--max-waiting-requests must be at least 0, got {max_waiting}")
     app = FastAPI(title=f"LLaVA model worker ({engine.model_name})")
+    app.add_middleware(
+        PendingLimit, paths=("/worker_generate_stream", VIEW_ROUTE, LEGACY_VIEW_ROUTE),
+        max_requests=gate.limit + max_waiting, max_bytes=max_pending_bytes, max_request_bytes=max_request_bytes,
+        refusal=busy_answer,
+    )
 
     @app.post("/worker_generate_stream")
     async def worker_generate_stream(request: Request) -> Any:
@@ -212,6 +265,22 @@ def default_worker_address(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def _check_addresses(controller_address: str, worker_address: str) -> None:
+    """Refuse addresses the controller could not use, before the model loads.
+
+    Raises:
+        UserError: For a controller URL that is not http(s), or a worker address that is not a bare origin.
+    """
+    try:
+        net.origin_of(controller_address)
+    except net.NetError as error:
+        raise UserError(f"--controller-address: {error}; give e.g. http://localhost:21001") from None
+    try:
+        worker_origin(worker_address, AllowedHosts(("*",)))
+    except WorkerRefused as error:
+        raise UserError(f"--worker-address: {error}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.serve.model_worker", description=__doc__.splitlines()[0])
     add_bind_flags(parser, 21002)
@@ -227,32 +296,47 @@ def build_parser() -> argparse.ArgumentParser:
              help="seconds between heartbeats to the controller")
     add_image_limit_flags(parser)
     add_request_limit_flags(parser)
+    add_flag(parser, "--max-waiting-requests", type=int, default=DEFAULT_MAX_WAITING,
+             help="requests that may wait besides the running ones; more get HTTP 503 at once")
+    add_flag(parser, "--max-pending-mb", type=float, default=DEFAULT_MAX_PENDING_BYTES / 2**20,
+             help="request bodies (MiB) the worker holds at once; a request beyond that gets HTTP 503 at once")
+    add_server_limit_flags(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``), load the model and serve until interrupted."""
-    import uvicorn
-
     args = build_parser().parse_args(argv)
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
-    max_request_bytes, limits = request_limit(args), image_limits(args)  # checked before the model loads
+    # Every flag is checked before the (slow) model load.
+    device = resolve_device(args.device)
+    max_request_bytes, limits, server = request_limit(args), image_limits(args), server_limits(args)
+    if not args.max_pending_mb >= args.max_request_mb:
+        raise UserError(f"--max-pending-mb must be at least --max-request-mb ({args.max_request_mb:g}), got {args.max_pending_mb:g}")
+    if args.max_waiting_requests < 0:
+        raise UserError(f"--max-waiting-requests must be at least 0, got {args.max_waiting_requests}")
+    if args.limit_model_concurrency < 1:
+        raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")
+    worker_address = args.worker_address or default_worker_address(args.host, args.port)
+    if not args.no_register:
+        _check_addresses(args.controller_address, worker_address)
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
-        device=args.device, use_flash_attn=args.use_flash_attn,
+        device=device, use_flash_attn=args.use_flash_attn,
         image_limits=limits, stream_interval=args.stream_interval,
     )
     worker = ModelWorker(
-        engine, args.controller_address, args.worker_address or default_worker_address(args.host, args.port),
+        engine, args.controller_address, worker_address,
         limit_model_concurrency=args.limit_model_concurrency, heartbeat_interval=args.heartbeat_interval,
     )
-    app = create_app(engine, worker.gate, max_request_bytes=max_request_bytes)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    app = create_app(engine, worker.gate, max_request_bytes=max_request_bytes, max_waiting=args.max_waiting_requests,
+                     max_pending_bytes=int(args.max_pending_mb * 2**20))
+    uvicorn = uvicorn_server(app, args.host, args.port, server)
     if not args.no_register:
-        worker.start(ready=lambda: server.started)
+        worker.start(ready=lambda: uvicorn.started)
     try:
-        server.run()
+        uvicorn.run()
     finally:
         worker.stop()
 

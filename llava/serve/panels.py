@@ -201,6 +201,51 @@ def compute_view(model: Any, image_processor: Any, image: Image.Image) -> Compre
     if view is None:
         return None
     pixels = _model_input(process_images([image], image_processor, model.config)).to(model.device, dtype=model.dtype)
+    return _view_of_pixels(view, model, image_processor, pixels)
+
+
+#: Frames of a video shown in its panel (evenly spread over the sampled frames).
+VIDEO_PANEL_FRAMES = 4
+
+
+@torch.inference_mode()
+def compute_video_view(model: Any, image_processor: Any, video: Any, frames: int = VIDEO_PANEL_FRAMES) -> CompressorView | None:
+    """The panel for a video (:class:`llava.video.SampledVideo`): the compressor's own view of up to ``frames`` of
+    its sampled frames, each frame's pictures titled with its time, and the video's token count in the summary.
+
+    Each frame is prepared as for generation (:func:`llava.mm_utils.process_video`) and goes through the same
+    tower and projector; ``None`` when the model's projector has no view.
+    """
+    from llava.mm_utils import process_video
+    from llava.model.video import video_layout, video_token_count
+
+    view = view_for(model)
+    if view is None:
+        return None
+    pixels = process_video(video.frames, image_processor).to(model.device, dtype=model.dtype)
+    shown = sorted(set(np.linspace(0, pixels.shape[0] - 1, min(frames, pixels.shape[0])).round().astype(int).tolist()))
+    times = video.frame_times
+    per_frame = [_view_of_pixels(view, model, image_processor, pixels[index : index + 1]) for index in shown]
+    if any(frame_view is None for frame_view in per_frame):
+        return None
+    tokens = int(model.encode_images(pixels[:1])[0].shape[0])
+    grid = grid_shape(model.get_vision_tower())
+    layout = video_layout(model.config, grid, getattr(model.get_model(), "image_newline", None))
+    total = video_token_count(pixels.shape[0], tokens, layout)
+    pictures = tuple(
+        Picture(f"t={times[index]:.1f}s · {picture.title}", picture.image, picture.heat)
+        for index, frame_view in zip(shown, per_frame) for picture in frame_view.pictures
+    )
+    summary = (f"**{total} visual tokens for {pixels.shape[0]} frames** ({tokens} per frame from the compressor, "
+               f"newlines by mm_newline_position) vs **{pixels.shape[0] * grid[0] * grid[1]} uncompressed**; "
+               f"{len(shown)} frames shown. " + per_frame[0].summary)
+    details = {**dict(per_frame[0].details), "frames": int(pixels.shape[0]), "frames_shown": shown, "video_tokens": total}
+    return CompressorView(summary=summary, pictures=pictures, help=per_frame[0].help, details=details)
+
+
+def _view_of_pixels(view: Callable[[Any, ViewInputs], CompressorView | None], model: Any, image_processor: Any,
+                    pixels: torch.Tensor) -> CompressorView | None:
+    """The plugin's view of one preprocessed view ``[1, 3, h, w]``."""
     projector = model.get_model().mm_projector
     features = model.get_vision_tower()(pixels)
     weight = next(projector.parameters(), None)
@@ -260,6 +305,7 @@ __all__ = [
     "CompressorView",
     "Picture",
     "ViewInputs",
+    "compute_video_view",
     "compute_view",
     "heat_picture",
     "kept_positions_picture",

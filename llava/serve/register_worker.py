@@ -10,31 +10,45 @@ heartbeats stop, as for a self-registered worker.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
+    import os, sys  # noqa: E401
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    from llava.serve import run_as_module
+    run_as_module(__file__)
+
 import argparse
 from collections.abc import Sequence
 
-import requests
-
+from llava import net
 from llava.utils import UserError, cli_main
 
 from .flags import add_flag
 
+#: Seconds, in all, for the registration (the controller asks the worker for its status meanwhile).
+TIMEOUT = 30.0
+
 
 def register_worker(controller_address: str, worker_name: str, check_heart_beat: bool = False) -> bool:
-    """POST ``/register_worker``; returns whether the controller accepted the worker (it asks for its status).
+    """POST ``/register_worker``; returns whether the controller listed the worker (it asks the worker for its
+    status itself).
 
     Raises:
-        UserError: If the controller cannot be reached or answers with an error.
+        UserError: If the controller cannot be reached, or refuses the address (naming why).
     """
     url = controller_address.rstrip("/") + "/register_worker"
-    payload = {"worker_name": worker_name, "check_heart_beat": check_heart_beat, "worker_status": None}
+    payload = {"worker_name": worker_name, "check_heart_beat": check_heart_beat}
     try:
-        response = requests.post(url, json=payload, timeout=30)
-    except requests.RequestException as error:
-        raise UserError(f"the controller at {controller_address} cannot be reached ({type(error).__name__})") from None
-    if response.status_code != 200:
-        raise UserError(f"the controller at {controller_address} refused the worker: HTTP {response.status_code} {response.text[:200]}")
-    return bool(response.json().get("registered", True))
+        response = net.request("POST", url, json=payload, deadline=TIMEOUT, max_bytes=64 * 1024, max_redirects=0)
+        answer = response.json()
+    except net.NetError as error:
+        raise UserError(f"the controller at {controller_address} cannot be reached ({error})") from None
+    except ValueError:
+        raise UserError(f"the controller at {controller_address} did not answer with JSON (HTTP {response.status}); "
+                        "is it a LLaVA controller?") from None
+    if response.status != 200:
+        reason = answer.get("error") if isinstance(answer, dict) else None
+        raise UserError(f"the controller at {controller_address} refused the worker: {reason or f'HTTP {response.status}'}")
+    return not isinstance(answer, dict) or bool(answer.get("registered", True))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,16 +11,32 @@ temperature 0.7, stopping at the template's separator.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
+    import os, sys  # noqa: E401
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    from llava.serve import run_as_module
+    run_as_module(__file__)
+
 import argparse
 from collections.abc import Sequence
 
-import requests
-
+from llava import net
 from llava.conversation import SeparatorStyle, default_conversation
 from llava.utils import UserError, cli_main
 
 from .flags import add_flag
-from .protocol import decode_chunks
+from .protocol import CHUNK_DELIMITER, decode_chunks
+
+#: Seconds, in all, for one call to the controller and for the whole streamed answer.
+CALL_TIMEOUT, STREAM_TIMEOUT = 30.0, 600.0
+
+
+def _ask(base: str, path: str, payload: dict | None = None) -> dict:
+    response = net.request("POST", base + path, json=payload, deadline=CALL_TIMEOUT, max_bytes=1024 * 1024, max_redirects=0)
+    data = response.json()
+    if response.status != 200 or not isinstance(data, dict):
+        raise ValueError(f"HTTP {response.status} from {base + path}")
+    return data
 
 
 def worker_for(controller_address: str, model_name: str) -> str:
@@ -31,12 +47,12 @@ def worker_for(controller_address: str, model_name: str) -> str:
     """
     base = controller_address.rstrip("/")
     try:
-        requests.post(base + "/refresh_all_workers", timeout=30)
-        models = sorted(requests.post(base + "/list_models", timeout=30).json()["models"])
+        _ask(base, "/refresh_all_workers")
+        models = sorted(_ask(base, "/list_models")["models"])
         print(f"Models: {models}")
-        address = requests.post(base + "/get_worker_address", json={"model": model_name}, timeout=30).json()["address"]
-    except requests.RequestException as error:
-        raise UserError(f"the controller at {controller_address} cannot be reached ({type(error).__name__})") from None
+        address = _ask(base, "/get_worker_address", {"model": model_name})["address"]
+    except (net.NetError, ValueError, KeyError) as error:
+        raise UserError(f"the controller at {controller_address} cannot be used ({error})") from None
     if not address:
         raise UserError(f"no worker serves {model_name!r}; the controller knows {models or 'no models'}")
     print(f"worker_addr: {address}")
@@ -51,17 +67,18 @@ def send_message(worker_address: str, model_name: str, message: str, max_new_tok
     prompt = conv.get_prompt()
     stop = conv.sep if conv.sep_style in (SeparatorStyle.SINGLE, SeparatorStyle.MPT) else conv.sep2
     payload = {"model": model_name, "prompt": prompt, "max_new_tokens": max_new_tokens, "temperature": 0.7, "stop": stop}
-    try:
-        response = requests.post(worker_address.rstrip("/") + "/worker_generate_stream", json=payload, stream=True, timeout=120)
-    except requests.RequestException as error:
-        raise UserError(f"the worker at {worker_address} cannot be reached ({type(error).__name__})") from None
-    print(prompt, end="")
     answer = ""
-    for chunk in decode_chunks(response.iter_lines(delimiter=b"\0")):
-        if not chunk.ok:
-            raise UserError(f"the worker refused the message: {chunk.text}")
-        answer = chunk.text[len(prompt):]
-        print(answer, end="\r")
+    try:
+        with net.open_stream("POST", worker_address.rstrip("/") + "/worker_generate_stream", json=payload,
+                             deadline=STREAM_TIMEOUT) as response:
+            print(prompt, end="")
+            for chunk in decode_chunks(response.pieces(CHUNK_DELIMITER, 64 * 1024 * 1024)):
+                if not chunk.ok:
+                    raise UserError(f"the worker refused the message: {chunk.text}")
+                answer = chunk.text[len(prompt):]
+                print(answer, end="\r")
+    except net.NetError as error:
+        raise UserError(f"the worker at {worker_address} cannot be used ({error})") from None
     print("")
     return answer
 

@@ -22,6 +22,7 @@ from torch.utils.data import Sampler
 from transformers import Trainer
 from transformers.trainer import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from .recipe import data_seed
 from .resume import begin_checkpoint, finish_checkpoint
 
 from .saving import load_non_lora_checkpoint, load_projector_checkpoint, save_lora_extras, save_projector
@@ -154,7 +155,7 @@ class LLaVATrainer(Trainer):
     # -- sampling ------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset: Any = None) -> Sampler | None:
         dataset = train_dataset if train_dataset is not None else self.train_dataset
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        seed = data_seed(self.args)
         group_size = self.args.world_size * self.args.gradient_accumulation_steps
         if getattr(self.args, "group_by_modality_length", False):
             return LengthGroupedSampler(

@@ -8,6 +8,11 @@ Every record is checked before training starts (structure, ``<image>`` marker pr
 is given, image file present), so a bad sample stops the run in seconds rather than hours in. With
 ``--skip_bad_samples True`` bad records are dropped instead, and the count per reason is logged. Images are
 decoded and conversations tokenized only when a sample is drawn (lazy loading).
+
+LLaVA-NeXT's video samples are read too: ``{"video": "relative/clip.mp4", "conversations": [...]}`` with the
+file under ``--video_folder``; its frames are sampled by NeXT's rule (``--frames_upbound``, ``--force_sample``,
+``--video_fps``: :func:`llava.video.sample_frame_indices`), processed like images and tagged ``"video"`` for the
+model (one ``<image>`` marker stands for the whole video, as NeXT trains it).
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from tqdm import tqdm
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX
 from llava.conversation import Conversation
-from llava.mm_utils import ImageUnreadable, open_image, process_images
+from llava.mm_utils import ImageUnreadable, open_image, process_images, process_video
 from llava.model.compressor_text import question_ids
+from llava.video import SampledVideo, VideoUnreadable, import_av, load_video
 
 from .data_mixture import read_data_path
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
@@ -122,12 +128,72 @@ def image_path(record: dict[str, Any], image_folder: str | None) -> str | None:
     return os.path.join(image_folder or "", image)
 
 
-def check_record(record: Any, image_folder: str | None, multimodal: bool, conv: Conversation | None = None) -> None:
+@dataclass(frozen=True)
+class VideoSettings:
+    """Where video samples live and how their frames are sampled (LLaVA-NeXT's data flags, NeXT's defaults).
+
+    Attributes:
+        video_folder: Root of the records' ``video`` paths (``--video_folder``).
+        frames_upbound: At most this many frames, evenly spread; 0: no cap (``--frames_upbound``).
+        force_sample: Always take ``frames_upbound`` frames (``--force_sample``).
+        video_fps: Frames per second kept before the cap (``--video_fps``).
+        add_time_instruction: Tell the model the video's length and frame times (``--add_time_instruction``,
+            :func:`with_time_instruction`).
+    """
+
+    video_folder: str | None = None
+    frames_upbound: int = 0
+    force_sample: bool = False
+    video_fps: float = 1.0
+    add_time_instruction: bool = False
+
+    @classmethod
+    def from_args(cls, data_args: Any) -> VideoSettings:
+        """The settings from training's data arguments; flags a version of them lacks keep NeXT's defaults."""
+        defaults = cls()
+        names = ("video_folder", "frames_upbound", "force_sample", "video_fps", "add_time_instruction")
+        values = {name: getattr(data_args, name, None) for name in names}
+        return cls(**{name: getattr(defaults, name) if value is None else value for name, value in values.items()})
+
+
+def time_instruction(video: SampledVideo) -> str:
+    """LLaVA-NeXT's ``--add_time_instruction`` sentence for a sampled video, in NeXT's exact wording (the text its
+    video models were trained on; frame times in seconds as ``0.00s,1.00s,...``, no space before "Please")."""
+    times = ",".join(f"{seconds:.2f}s" for seconds in video.frame_times)
+    return (
+        f"The video lasts for {video.duration:.2f} seconds, and {len(video)} frames are uniformly sampled from it. "
+        f"These frames are located at {times}.Please answer the following questions related to this video."
+    )
+
+
+def with_time_instruction(turns: Sequence[Turn], video: SampledVideo) -> list[Turn]:
+    """The turns with the first one rewritten as NeXT does: ``<image>\n<time instruction>\n<its text without the
+    marker>`` (before the marker normalisation of :func:`preprocess_multimodal`)."""
+    (speaker, text), rest = turns[0], list(turns[1:])
+    return [(speaker, f"{DEFAULT_IMAGE_TOKEN}\n{time_instruction(video)}\n{text.replace(DEFAULT_IMAGE_TOKEN, '')}"), *rest]
+
+
+def video_path(record: dict[str, Any], video_folder: str | None) -> str | None:
+    """The video file of a record (joined to ``video_folder``), or ``None`` for a record without one."""
+    video = record.get("video")
+    if video is None:
+        return None
+    if not isinstance(video, str) or not video:
+        raise BadSample("bad_video_field", f"has 'video' {video!r}; expected one file name")
+    return os.path.join(video_folder or "", video)
+
+
+def check_record(
+    record: Any, image_folder: str | None, multimodal: bool, conv: Conversation | None = None, video_folder: str | None = None
+) -> None:
     """Raise :class:`BadSample` if ``record`` cannot be trained on (see the module docstring).
 
     With ``conv``, the conversation must also fit that template (turn order; two turns for ``plain``).
     """
     turns = record_turns(record)
+    if isinstance(record, dict) and record.get("video") is not None:
+        _check_video_record(record, turns, video_folder, multimodal, conv)
+        return
     if conv is not None:
         try:
             render(turns, conv)
@@ -145,6 +211,27 @@ def check_record(record: Any, image_folder: str | None, multimodal: bool, conv: 
         raise BadSample("image_without_marker", "has an image but no '<image>' marker in its conversation")
     if not os.path.isfile(path):
         raise BadSample("missing_image", f"image file {path!r} does not exist")
+
+
+def _check_video_record(
+    record: dict[str, Any], turns: list[Turn], video_folder: str | None, multimodal: bool, conv: Conversation | None
+) -> None:
+    """:func:`check_record` for a video record: one video, no image, a marker, the file present."""
+    if conv is not None:
+        try:
+            render(turns, conv)
+        except ValueError as error:
+            raise BadSample("template", f"does not fit the training template: {error}") from None
+    if record.get("image") is not None:
+        raise BadSample("image_and_video", "has both 'image' and 'video'; give one of them")
+    path = video_path(record, video_folder)
+    if not multimodal:
+        raise BadSample("video_without_tower", f"has video {record['video']!r} but no --vision_tower was given")
+    if not any(DEFAULT_IMAGE_TOKEN in text for _, text in turns):
+        raise BadSample("video_without_marker", "has a video but no '<image>' marker in its conversation")
+    if not os.path.isfile(path or ""):
+        hint = "" if video_folder else " (set --video_folder to the videos' root)"
+        raise BadSample("missing_video", f"video file {path!r} does not exist{hint}")
 
 
 def _describe(index: int, record: Any) -> str:
@@ -168,7 +255,13 @@ class DataReport:
 
 
 def load_training_records(
-    path: str, image_folder: str | None, *, multimodal: bool, conv: Conversation | None = None, skip_bad: bool = False,
+    path: str,
+    image_folder: str | None,
+    *,
+    multimodal: bool,
+    conv: Conversation | None = None,
+    skip_bad: bool = False,
+    video_folder: str | None = None,
     seed: int = 0,
 ) -> tuple[list[dict[str, Any]], DataReport]:
     """Read (one file, or a LLaVA-NeXT YAML mixture / file list: :mod:`llava.train.data_mixture`, ``random:N``
@@ -176,16 +269,19 @@ def load_training_records(
     ones when ``skip_bad``.
 
     Raises:
+        UserError: If some record has a video and PyAV (the ``video`` extra) is not installed.
         ValueError: For a bad record (unless ``skip_bad``), or when no usable record is left.
     """
     records, origins = read_data_path(os.fspath(path), read_records, seed=seed)
     report = DataReport(path=os.fspath(path), total=len(records))
     if not records:
         raise ValueError(f"{path} holds no training samples")
+    if multimodal and any(isinstance(record, dict) and record.get("video") is not None for record in records):
+        import_av()  # before hours of checks and model loading
     kept = []
     for index, record in enumerate(tqdm(records, desc="checking samples", disable=len(records) < 10_000)):
         try:
-            check_record(record, image_folder, multimodal, conv)
+            check_record(record, image_folder, multimodal, conv, video_folder)
         except BadSample as bad:
             if not skip_bad:
                 source, position = origins[index]
@@ -223,6 +319,9 @@ class LazySupervisedDataset(Dataset):
         mm_use_im_start_end: Wrap ``<image>`` in start/end tokens.
         skip_bad_images: ``--skip_bad_samples``: a sample whose image cannot be decoded is replaced by the next
             usable one and counted (:attr:`skipped_images`) instead of stopping the run.
+        video: Where video samples live and how their frames are sampled; a video sample gives ``"image"``
+            ``[F, 3, H, W]`` (its frames), ``"image_size"`` (a frame's ``(width, height)``) and ``"modality"``
+            ``"video"``.
         questions: Add ``"question_ids"`` (``[L]``): the question of the sample's first human turn, for a
             compressor that reads it (:func:`llava.model.compressor_text.question_ids`, as QueCC's release trains).
     """
@@ -242,9 +341,11 @@ class LazySupervisedDataset(Dataset):
         image_grid_pinpoints: Any = None,
         mm_use_im_start_end: bool = False,
         skip_bad_images: bool = False,
+        video: VideoSettings | None = None,
         questions: bool = False,
     ) -> None:
         self.records = list(records)
+        self.video = video or VideoSettings()
         self.questions = questions
         self.skip_bad_images = skip_bad_images
         # Shared memory, one slot per worker: dataloader workers are other processes, and each adds to its own
@@ -266,12 +367,12 @@ class LazySupervisedDataset(Dataset):
     @property
     def lengths(self) -> list[int]:
         """Upstream's length estimate: words, plus 128 for a sample with an image."""
-        return [self._words(r) + (IMAGE_LENGTH_BONUS if "image" in r else 0) for r in self.records]
+        return [self._words(r) + (IMAGE_LENGTH_BONUS if _has_visual(r) else 0) for r in self.records]
 
     @property
     def modality_lengths(self) -> list[int]:
         """Words, negated for text-only samples (``group_by_modality_length`` keeps the signs apart)."""
-        return [self._words(r) if "image" in r else -self._words(r) for r in self.records]
+        return [self._words(r) if _has_visual(r) else -self._words(r) for r in self.records]
 
     @property
     def multimodal(self) -> bool:
@@ -288,7 +389,7 @@ class LazySupervisedDataset(Dataset):
         for offset in range(len(self.records)):
             try:
                 return self._item((index + offset) % len(self.records))
-            except ImageUnreadable as error:
+            except (ImageUnreadable, VideoUnreadable) as error:
                 worker = torch.utils.data.get_worker_info()
                 self._skips[0 if worker is None else 1 + worker.id % (self.COUNTER_SLOTS - 1)] += 1
                 logger.warning("skipping a sample: %s", error)
@@ -297,6 +398,10 @@ class LazySupervisedDataset(Dataset):
     def _item(self, index: int) -> dict[str, torch.Tensor]:
         record = self.records[index]
         turns = record_turns(record)
+        clip = video_path(record, self.video.video_folder) if self.multimodal else None
+        video = self.read_video(clip, index, record) if clip is not None else None
+        if video is not None and self.video.add_time_instruction:
+            turns = with_time_instruction(turns, video)
         if self.multimodal:
             turns = preprocess_multimodal(
                 turns, mm_use_im_start_end=self.mm_use_im_start_end, mmtag="mmtag" in self.conv.version
@@ -310,7 +415,35 @@ class LazySupervisedDataset(Dataset):
         path = image_path(record, self.image_folder) if self.multimodal else None
         if path is not None:
             sample["image"], sample["image_size"] = self.load_image(path, index, record)
+        if video is not None:
+            sample["image"], sample["image_size"] = process_video(video.frames, self.image_processor), video.size
+            sample["modality"] = "video"
         return sample
+
+    def load_video(self, path: str, index: int, record: dict[str, Any]) -> tuple[torch.Tensor, tuple[int, int]]:
+        """``([F, 3, H, W] frame pixels, (width, height) of a frame)``, sampled and processed as at inference.
+
+        Raises:
+            VideoUnreadable: One sentence naming the sample, the file and ``--skip_bad_samples``.
+        """
+        video = self.read_video(path, index, record)
+        return process_video(video.frames, self.image_processor), video.size
+
+    def read_video(self, path: str, index: int, record: dict[str, Any]) -> SampledVideo:
+        """The video's frames as NeXT samples them (``--frames_upbound``, ``--force_sample``, ``--video_fps``).
+
+        Raises:
+            VideoUnreadable: One sentence naming the sample, the file and ``--skip_bad_samples``.
+        """
+        settings = self.video
+        try:
+            return load_video(
+                path, frames_upbound=settings.frames_upbound, force_sample=settings.force_sample, video_fps=settings.video_fps
+            )
+        except VideoUnreadable as error:
+            raise VideoUnreadable(
+                f"{_describe(index, record)}: {error}; fix or remove it, or pass --skip_bad_samples True to skip such samples"
+            ) from None
 
     def load_image(self, path: str, index: int, record: dict[str, Any]) -> tuple[torch.Tensor, tuple[int, int]]:
         """``([3, H, W] or [V, 3, H, W] pixels, (width, height))``, processed as at inference (``process_images``).
@@ -329,6 +462,10 @@ class LazySupervisedDataset(Dataset):
         return pixels[0], image.size
 
 
+def _has_visual(record: dict[str, Any]) -> bool:
+    return "image" in record or "video" in record
+
+
 # ---------------------------------------------------------------------------------------------- batching
 
 
@@ -338,6 +475,8 @@ class DataCollatorForSupervisedDataset:
 
     ``images`` is ``[B, 3, H, W]``, or ``[B, V, 3, H, W]`` for AnyRes when every image has V views, else a list of
     ``[V_i, 3, H, W]`` tensors; ``image_sizes`` lists each image's ``(width, height)`` (the spatial merges need it).
+    A batch with a video sample (``[F, 3, H, W]`` frames) keeps ``images`` a list and adds ``modalities``, one
+    ``"image"`` / ``"video"`` tag per item, as LLaVA-NeXT's collator.
     The attention mask marks each sample's real tokens (upstream used ``ids != pad``, which also hides any
     ``<unk>`` inside a text, because pad is unk). In a batch that mixes image and text-only samples, each
     text-only sample gets an all-zero stand-in image, which the model consumes and drops (as upstream); a batch
@@ -363,12 +502,18 @@ class DataCollatorForSupervisedDataset:
         real = [item for item in instances if "image" in item]
         if real:
             # A stand-in copies the first image's shape and size, so that it merges (and is dropped) like a real one.
-            stand_in = (torch.zeros_like(real[0]["image"]), real[0]["image_size"])
-            pairs = [(item["image"], item["image_size"]) if "image" in item else stand_in for item in instances]
-            images = [image for image, _ in pairs]
+            stand_in = (torch.zeros_like(real[0]["image"]), real[0]["image_size"], real[0].get("modality", "image"))
+            triples = [
+                (item["image"], item["image_size"], item.get("modality", "image")) if "image" in item else stand_in
+                for item in instances
+            ]
+            images = [image for image, _, _ in triples]
+            modalities = [modality for _, _, modality in triples]
             same = all(image.shape == images[0].shape for image in images)
-            batch["images"] = torch.stack(images) if same else images
-            batch["image_sizes"] = [tuple(size) for _, size in pairs]
+            batch["images"] = torch.stack(images) if same and "video" not in modalities else images
+            batch["image_sizes"] = [tuple(size) for _, size, _ in triples]
+            if "video" in modalities:
+                batch["modalities"] = modalities
         return batch
 
 
@@ -377,8 +522,11 @@ __all__ = [
     "DataCollatorForSupervisedDataset",
     "DataReport",
     "LazySupervisedDataset",
+    "VideoSettings",
     "check_record",
     "load_training_records",
     "read_records",
     "record_turns",
+    "time_instruction",
+    "with_time_instruction",
 ]

@@ -61,10 +61,15 @@ from llava.train.model_setup import (
 )
 from llava.train.next_arguments import projector_only
 from llava.train.preprocess import conversation_template
-from llava.train.recipe import planned_optimizer_steps, resolve_run_defaults
+from llava.train.recipe import data_seed, planned_optimizer_steps, resolve_run_defaults
 from llava.train.resume import log_finished_run, resume_point, run_settings
 from llava.train.saving import llava_config
-from llava.train.supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records
+from llava.train.supervised_data import (
+    DataCollatorForSupervisedDataset,
+    LazySupervisedDataset,
+    VideoSettings,
+    load_training_records,
+)
 from llava.train.train_callbacks import callbacks_for_model
 from llava.train.upstream_api import (
     get_mm_adapter_state_maybe_zero_3,
@@ -125,11 +130,6 @@ def claim_output_dir(model_args: ModelArguments, data_args: DataArguments, train
         write_text(Path(output_dir) / MARKER, "written by llava.train.train; a rerun of it may write here again\n")
 
 
-def data_seed(training_args: TrainingArguments) -> int:
-    """The seed of data choices (``random:N`` mixture draws, the sampler): ``--data_seed``, else ``--seed``."""
-    return training_args.data_seed if training_args.data_seed is not None else training_args.seed
-
-
 def train(attn_implementation: str | None = None, argv: Sequence[str] | None = None) -> Trainer:
     """Run one training stage from command-line arguments (``sys.argv[1:]`` when ``argv`` is None).
 
@@ -146,9 +146,10 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     model_args, data_args, training_args = parse_arguments(argv)
     attn_implementation = training_args.attn_implementation or attn_implementation
     conv = conversation_template(model_args.version)
+    video = VideoSettings.from_args(data_args)  # LLaVA-NeXT's video flags, where the arguments have them
     records, _ = load_training_records(
         data_args.data_path, data_args.image_folder, multimodal=model_args.vision_tower is not None, conv=conv,
-        skip_bad=data_args.skip_bad_samples, seed=data_seed(training_args),
+        skip_bad=data_args.skip_bad_samples, video_folder=video.video_folder, seed=data_seed(training_args),
     )
     total_steps = planned_optimizer_steps(len(records), training_args)
     model_args, defaulted = resolve_run_defaults(model_args, total_steps)

@@ -11,8 +11,8 @@ that owns the rule here:
   through :mod:`llava.train.preprocess`, with the template of ``llava.conversation.default_conversation`` read at
   call time, as upstream reads its global;
 - ``make_supervised_data_module``: ``{"train_dataset", "eval_dataset", "data_collator"}`` from ``data_args``
-  (``data_path``, ``image_folder``, ``image_aspect_ratio`` and, set by the caller as upstream's ``train()`` does,
-  ``image_processor`` and ``mm_use_im_start_end``);
+  (``data_path``, ``image_folder``, ``image_aspect_ratio``, LLaVA-NeXT's video flags and, set by the caller as
+  upstream's ``train()`` does, ``image_processor`` and ``mm_use_im_start_end``);
 - ``smart_tokenizer_and_embedding_resize``, ``rank0_print``; ``find_all_linear_names`` lives in
   :mod:`llava.train.model_setup`.
 
@@ -37,7 +37,13 @@ from .next_arguments import projector_only
 from .preprocess import preprocess as preprocess_turns
 from .preprocess import preprocess_multimodal as preprocess_multimodal_turns
 from .saving import full_tensor, gather, save_projector
-from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, load_training_records, record_turns
+from .supervised_data import (
+    DataCollatorForSupervisedDataset,
+    LazySupervisedDataset,
+    VideoSettings,
+    load_training_records,
+    record_turns,
+)
 
 NamedParams = Iterable[tuple[str, torch.Tensor]]
 
@@ -164,16 +170,18 @@ def make_supervised_data_module(tokenizer: Any, data_args: Any, *, conv: Any = N
     conv = conv if conv is not None else conversation.default_conversation
     processor = getattr(data_args, "image_processor", None)
     skip_bad = bool(getattr(data_args, "skip_bad_samples", False))
+    video = VideoSettings.from_args(data_args)
     if records is None:
         records, _ = load_training_records(
             data_args.data_path, data_args.image_folder, multimodal=processor is not None, conv=conv, skip_bad=skip_bad,
+            video_folder=video.video_folder,
         )
     dataset = LazySupervisedDataset(
         records, tokenizer, conv, image_folder=data_args.image_folder, image_processor=processor,
         image_aspect_ratio=data_args.image_aspect_ratio,
         image_grid_pinpoints=getattr(data_args, "image_grid_pinpoints", None),
         mm_use_im_start_end=bool(getattr(data_args, "mm_use_im_start_end", False)),
-        skip_bad_images=skip_bad, questions=bool(getattr(data_args, "questions", False)),
+        skip_bad_images=skip_bad, video=video, questions=bool(getattr(data_args, "questions", False)),
     )
     collator = DataCollatorForSupervisedDataset(tokenizer.pad_token_id, tokenizer.model_max_length)
     return {"train_dataset": dataset, "eval_dataset": None, "data_collator": collator}

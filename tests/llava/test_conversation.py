@@ -297,6 +297,24 @@ def test_copy_is_independent_of_the_template() -> None:
     assert _eval_prompt("vicuna_v1", "x") == VICUNA_SYSTEM + " USER: x ASSISTANT:"
 
 
+def test_deepcopy_of_a_template_is_editable_as_in_llava_next() -> None:
+    """NeXT's README: ``conv = copy.deepcopy(conv_templates["qwen_1_5"])`` then ``append_message`` (issue 23)."""
+    import copy
+
+    template = conv_templates["qwen_1_5"]
+    conv = copy.deepcopy(template)
+    conv.append_message(conv.roles[0], "<image>\nWhat is shown in this image?")
+    conv.append_message(conv.roles[1], None)
+    assert conv.get_prompt() == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n<image>\n"
+        "What is shown in this image?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert len(template.messages) == 0
+    again = copy.deepcopy(conv)  # a deep copy of a conversation is independent of it
+    again.messages[0][1] = "changed"
+    assert conv.messages[0][1].startswith("<image>")
+
+
 def test_appending_to_a_template_is_refused() -> None:
     with pytest.raises(RuntimeError, match="copy"):
         conv_templates["llava_v1"].append_message("USER", "hi")

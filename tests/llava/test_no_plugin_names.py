@@ -18,6 +18,8 @@ ALLOWED: dict[tuple[str, str], str] = {
         "compatibility alias of the panel endpoint for pages of earlier releases",
     ("quickstart/run.py", 'DEFAULT_PROJECTORS = ("mlp2x_gelu", "braco_c2s5")'):
         "the quickstart's default comparison names a projector type as a string (no import)",
+    ("quickstart/run.py", 'VIDEO_PROJECTORS = ("mlp2x_gelu", "braco_k16", "divprune_k16", "tokenpacker_k16")'):
+        "the video quickstart's default comparison names projector types as strings (no import)",
 }
 
 

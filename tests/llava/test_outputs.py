@@ -20,6 +20,7 @@ from llava.outputs import (
     check_output_folder,
     guard_outputs,
     read_jsonl_resumable,
+    scan_jsonl,
     write_text,
 )
 from llava.utils import UserError
@@ -176,6 +177,21 @@ def test_an_intact_last_line_without_newline_is_kept_and_terminated(tmp_path: Pa
     records, rejected, count = read_jsonl_resumable(path)
     assert [r["id"] for r in records] == [0, 1] and rejected is None and count == 0
     assert path.read_text() == '{"id": 0}\n{"id": 1}\n'
+
+
+def test_scan_reads_without_changing_and_accept_marks_more_lines_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "answers.jsonl"
+    text = '{"id": 1}\n{"id": 2, "x\n{"other": 3}\n\n{"id": 4}'
+    path.write_text(text)
+    has_id = lambda record: "id" in record  # noqa: E731
+    scan = scan_jsonl(path, accept=has_id)
+    assert path.read_text() == text and not (tmp_path / "answers.jsonl.rejected").exists()  # reading changed nothing
+    assert scan.records == [{"id": 1}, {"id": 4}] and scan.numbers == [1, 5]
+    assert scan.damaged == ['{"id": 2, "x\n', '{"other": 3}\n']
+    records, rejected, count = read_jsonl_resumable(path, accept=has_id)
+    assert records == scan.records and count == 2
+    assert rejected.read_text() == '{"id": 2, "x\n{"other": 3}\n' and path.read_text() == '{"id": 1}\n{"id": 4}\n'
+    assert scan_jsonl(tmp_path / "absent.jsonl").records == []
 
 
 def test_the_write_probe_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -16,3 +16,8 @@ def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     answer = results[0].strip().lower().rstrip(".")
     return {"exact_match": float(answer == doc["answer"].lower())}
+
+
+def doc_to_visual_video(doc: dict) -> list[str]:
+    """A video task's visual: the video file's path (lmms-eval's video models decode it themselves)."""
+    return [doc["video"]]

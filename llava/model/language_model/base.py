@@ -1,6 +1,8 @@
 """What every LLaVA config class shares: reading released ``config.json`` files whose ``model_type`` is an
 alias (upstream LLaVA-1.5's ``llava``) or the plain LLM's type (``qwen2`` for a plain Qwen2 directory) as the
-registered LLaVA ``model_type``, so transformers neither warns about nor rejects them."""
+registered LLaVA ``model_type``, so transformers neither warns about nor rejects them. LLaVA-OneVision's files
+(``"model_type": "llava"`` with ``"architectures": ["LlavaQwenForCausalLM"]``) read as ``llava_qwen``: the class
+they name decides."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import logging
 import os
 from typing import Any
 
-from .registry import canonical_model_type
+from .registry import entry_for_config
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +27,11 @@ class LlavaConfigMixin:
     @classmethod
     def _remap_model_type(cls, config_dict: dict[str, Any]) -> dict[str, Any]:
         model_type = config_dict.get("model_type")
-        if model_type != cls.model_type and canonical_model_type(model_type) == cls.model_type:
+        try:
+            target = entry_for_config(config_dict).model_type
+        except ValueError:  # an unknown model_type: transformers' own checks report it
+            target = None
+        if model_type != cls.model_type and target == cls.model_type:
             logger.info("reading a config with model_type %r as %r", model_type, cls.model_type)
             config_dict = {**config_dict, "model_type": cls.model_type}
         return config_dict

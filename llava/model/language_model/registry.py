@@ -154,9 +154,41 @@ def checkpoint_model_type(path: str | os.PathLike[str], **kwargs: Any) -> str | 
     return config_dict.get("model_type")
 
 
+def entry_for_architectures(config_dict: dict[str, Any]) -> LanguageModelEntry | None:
+    """The entry whose causal-LM class ``config_dict["architectures"]`` names, if any."""
+    _load_builtins_and_plugins()
+    names = config_dict.get("architectures") or []
+    for entry in _REGISTRY.values():
+        if entry.causal_lm_class.__name__ in names:
+            return entry
+    return None
+
+
+def entry_for_config(config_dict: dict[str, Any], source: str = "") -> LanguageModelEntry:
+    """The entry for a checkpoint's ``config.json`` contents: by its ``model_type``, except that an *alias*
+    (upstream LLaVA-1.5's ``llava``) gives way to the registered class its ``architectures`` names.
+
+    LLaVA-OneVision's released files say ``"model_type": "llava"`` with ``"architectures": ["LlavaQwenForCausalLM"]``
+    (LLaVA-NeXT picks the class by model name and never reads ``model_type``); those load as ``llava_qwen``. A
+    registered LLaVA or base ``model_type`` is never overridden, and an unknown one stays an error.
+
+    Raises:
+        ValueError: If no registered entry claims the ``model_type``.
+    """
+    model_type = config_dict.get("model_type")
+    by_type = resolve_language_model(model_type, source=source)
+    by_class = entry_for_architectures(config_dict)
+    if by_class is not None and by_class is not by_type and model_type in by_type.aliases:
+        return by_class
+    return by_type
+
+
 def language_model_for_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> LanguageModelEntry:
-    """The registry entry for the checkpoint (LLaVA or plain LLM) at ``path``, from its ``model_type``."""
-    return resolve_language_model(checkpoint_model_type(path, **kwargs), source=os.fspath(path))
+    """The registry entry for the checkpoint (LLaVA or plain LLM) at ``path`` (:func:`entry_for_config`)."""
+    from transformers import PretrainedConfig
+
+    config_dict, _ = PretrainedConfig.get_config_dict(os.fspath(path), **kwargs)
+    return entry_for_config(config_dict, source=os.fspath(path))
 
 
 __all__ = [
@@ -164,6 +196,8 @@ __all__ = [
     "LanguageModelEntry",
     "canonical_model_type",
     "checkpoint_model_type",
+    "entry_for_architectures",
+    "entry_for_config",
     "language_model_for_checkpoint",
     "list_language_models",
     "register_language_model",

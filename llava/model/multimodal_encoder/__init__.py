@@ -4,11 +4,12 @@ from .base import BaseVisionTower, TowerOutputs
 from .builder import build_vision_tower, tower_model_type
 from .clip_encoder import CLIPVisionTower
 from .registry import list_vision_towers, register_vision_tower, resolve_vision_tower
-from .siglip_encoder import SiglipVisionTower
+from .siglip_encoder import SigLipVisionTower, SiglipVisionTower
 
 __all__ = [
     "BaseVisionTower",
     "CLIPVisionTower",
+    "SigLipVisionTower",
     "SiglipVisionTower",
     "TowerOutputs",
     "build_vision_tower",

@@ -7,6 +7,10 @@ stride-14 patches) and fixed-resolution SigLIP2 checkpoints, which transformers 
 and normalises with mean = std = 0.5; its resample filter comes from ``preprocessor_config.json`` (bicubic for
 SigLIP, bilinear for the SigLIP2 fixed-resolution releases). The attention-pool head feeds only
 ``pooler_output``, which LLaVA never reads, so it is not built.
+
+``SigLipVisionTower`` (LLaVA-NeXT's name) is this class. Unlike NeXT's tower, nothing is hard-coded: the grid,
+width and layer come from the checkpoint and ``mm_vision_select_layer`` (NeXT drops the last layer and reads the
+new last one, which is ``-2`` here).
 """
 
 from __future__ import annotations
@@ -36,3 +40,7 @@ class SiglipVisionTower(BaseVisionTower):
         return SiglipImageProcessorPil(
             size={"height": image_size, "width": image_size}, image_mean=[0.5] * 3, image_std=[0.5] * 3
         )
+
+
+#: LLaVA-NeXT's spelling (``llava.model.multimodal_encoder.siglip_encoder.SigLipVisionTower``): the same class.
+SigLipVisionTower = SiglipVisionTower

@@ -2,10 +2,12 @@
 # one-process-per-GPU answering loop.
 #
 # Environment: MODEL_PATH (default liuhaotian/llava-v1.5-13b), MODEL_BASE, CKPT (answers name, default: the last
-# component of MODEL_PATH), CONV_MODE (vicuna_v1), BATCH_SIZE (1), CUDA_VISIBLE_DEVICES (chunked scripts: one
-# chunk per listed GPU, default 0), OVERWRITE (set to 1 to answer again from scratch). Re-running a script resumes
-# where a run stopped; the loaders refuse to resume answers produced by another checkpoint or other decoding
-# settings (recorded in <answers>.meta.json) until OVERWRITE=1 is set.
+# component of MODEL_PATH), CONV_MODE (vicuna_v1; qbench.sh: llava_v1, as upstream), BATCH_SIZE (1),
+# CUDA_VISIBLE_DEVICES (chunked scripts: one chunk per listed GPU, default 0), OVERWRITE (set to 1 to answer again
+# from scratch; the old answers stay until the first new one is written), LOADER_ARGS (more loader flags, split at
+# spaces, e.g. "--device cpu --max_new_tokens 16" or "--projector-setting mm_mqt_num_tokens=8"). Re-running a
+# script resumes where a run stopped; the loaders refuse to resume answers produced by another checkpoint, another
+# question file or other decoding settings (recorded in <answers>.meta.json) until OVERWRITE=1 is set.
 
 MODEL_PATH="${MODEL_PATH:-liuhaotian/llava-v1.5-13b}"
 CKPT="${CKPT:-$(basename "$MODEL_PATH")}"
@@ -13,6 +15,7 @@ RESULTS="./playground/data/eval/results/$CKPT"
 MODEL_ARGS=(--model-path "$MODEL_PATH" ${MODEL_BASE:+--model-base "$MODEL_BASE"} --temperature 0
             --conv-mode "${CONV_MODE:-vicuna_v1}" --batch-size "${BATCH_SIZE:-1}")
 if [ "${OVERWRITE:-0}" = "1" ]; then MODEL_ARGS+=(--overwrite); fi
+if [ -n "${LOADER_ARGS:-}" ]; then read -ra _loader_args <<< "$LOADER_ARGS"; MODEL_ARGS+=("${_loader_args[@]}"); fi
 
 # answer_in_chunks QUESTION_FILE IMAGE_FOLDER ANSWERS_DIR
 # Runs llava.eval.model_vqa_loader once per GPU in CUDA_VISIBLE_DEVICES on its chunk of the questions, waits

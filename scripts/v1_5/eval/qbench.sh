@@ -1,7 +1,9 @@
 #!/bin/bash
-# Q-Bench LLVisionQA (A1, English): bash scripts/v1_5/eval/qbench.sh dev|test. Answers for the split; on dev,
-# the accuracy per question type and concern, overall to $RESULTS/qbench.json (the test split is graded by the
-# Q-Bench authors). Set QBENCH_LANG=zh for the Chinese instruction (qbench_zh.sh does).
+# Q-Bench LLVisionQA (A1): bash scripts/v1_5/eval/qbench.sh dev|test. Answers for the split; on dev, the accuracy
+# per question type and concern, overall to $RESULTS/qbench.json (the test split is graded by the Q-Bench
+# authors). QBENCH_LANG=zh asks with the Chinese instruction on the Chinese files (qbench_zh.sh sets it).
+# Upstream's files: llvisionqa_{dev,test}.json, 质衡-问答-{验证集,测试集}.json and images_llvisionqa/ under
+# ./playground/data/eval/qbench; conversation mode llava_v1 unless CONV_MODE says otherwise, greedy decoding.
 # Environment: see common.sh. Re-running resumes where a run stopped.
 set -e
 
@@ -11,18 +13,25 @@ if [ "$SPLIT" != "dev" ] && [ "$SPLIT" != "test" ]; then
     exit 2
 fi
 LANG_CODE=${QBENCH_LANG:-en}
-SUFFIX=$([ "$LANG_CODE" = "en" ] && echo "" || echo "${LANG_CODE}_")
+case "$LANG_CODE" in
+    en) SUFFIX=""; QUESTIONS=llvisionqa_$SPLIT.json ;;
+    zh) SUFFIX="zh_"; QUESTIONS=$([ "$SPLIT" = "dev" ] && echo "质衡-问答-验证集.json" || echo "质衡-问答-测试集.json") ;;
+    *) echo "QBENCH_LANG must be en or zh, got '$LANG_CODE'" >&2; exit 2 ;;
+esac
 
+CONV_MODE=${CONV_MODE:-llava_v1}
 source "$(dirname "$0")/common.sh"
 
-ANSWERS=./playground/data/eval/qbench/answers/$CKPT/llvisionqa_${SUFFIX}${SPLIT}_answers.jsonl
+QBENCH=./playground/data/eval/qbench
+ANSWERS=$QBENCH/answers/$CKPT/llvisionqa_${SUFFIX}${SPLIT}_answers.jsonl
 
 python -m llava.eval.model_vqa_qbench "${MODEL_ARGS[@]}" \
-    --image-folder ./playground/data/eval/qbench/images_llvisionqa \
-    --questions-file ./playground/data/eval/qbench/llvisionqa_$SPLIT.json \
+    --image-folder $QBENCH/images_llvisionqa/ \
+    --questions-file "$QBENCH/$QUESTIONS" \
     --answers-file "$ANSWERS" \
     --lang "$LANG_CODE"
 
 if [ "$SPLIT" = "dev" ]; then
-    python -m llava.eval.eval_qbench --answers-file "$ANSWERS" --output-json "$RESULTS/qbench${SUFFIX:+_${LANG_CODE}}.json"
+    python -m llava.eval.eval_qbench --answers-file "$ANSWERS" --questions-file "$QBENCH/$QUESTIONS" \
+        --output-json "$RESULTS/qbench${SUFFIX:+_${LANG_CODE}}.json"
 fi

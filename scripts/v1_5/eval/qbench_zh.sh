@@ -1,6 +1,7 @@
 #!/bin/bash
-# Q-Bench LLVisionQA (A1) with the Chinese instruction: bash scripts/v1_5/eval/qbench_zh.sh dev|test.
-# Everything else as qbench.sh (answers llvisionqa_zh_<split>_answers.jsonl, dev scores $RESULTS/qbench_zh.json).
+# Q-Bench LLVisionQA (A1) in Chinese: bash scripts/v1_5/eval/qbench_zh.sh dev|test. Upstream's Chinese files
+# (质衡-问答-验证集.json for dev, 质衡-问答-测试集.json for test) and the Chinese instruction; everything else as
+# qbench.sh (answers llvisionqa_zh_<split>_answers.jsonl, dev scores $RESULTS/qbench_zh.json).
 set -e
 
 source "$(dirname "$0")/common.sh"

@@ -207,7 +207,7 @@ def test_mqt_token_count_changes_at_inference(baseline_runs, loaded_baselines, t
     assert "--mm_mqt_num_tokens" in parser.format_help()
     for flags in (["--mm_mqt_num_tokens", "9"], ["--projector-setting", "mm_mqt_num_tokens=9"]):
         settings = core.projector_settings(parser.parse_args(flags))
-        assert settings == {"mm_mqt_num_tokens": "9"}
+        assert settings == {"mm_mqt_num_tokens": 9}  # one setting, parsed by its declaration
     generator, _ = core.load_generator(str(baseline_runs("mqt_k4")[1]), None, "vicuna_v1", "cpu", settings)
     with torch.no_grad():
         assert generator.model.encode_images(pixels).shape[1] == 9

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,11 +14,15 @@ import pytest
 
 from llava.eval import judge as judge_module
 
+_real_sleep = time.sleep  # serving() makes time.sleep a no-op for the client's retry pauses
+
 
 class FakeJudge:
     """Answers each ``/chat/completions`` body with ``respond(body)``; first fails with the codes in ``failures``.
 
-    ``respond`` returns the reply text, or ``(text, model)`` to name the replying model.
+    ``respond`` returns the reply text, or ``(text, model)`` to name the replying model. Misbehaviours, for the
+    fault cases: ``redirect_to`` (answer ``302 Location: <it>``), ``padding`` (bytes of filler inside an otherwise
+    valid reply), ``trickle`` (seconds between single bytes of the reply).
     """
 
     def __init__(self, respond: Callable[[dict[str, Any]], Any]) -> None:
@@ -25,6 +30,9 @@ class FakeJudge:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.failures: list[int] = []  # HTTP codes to answer with before the next success
+        self.redirect_to: str | None = None
+        self.padding = 0
+        self.trickle: float | None = None
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,21 +44,39 @@ class FakeJudge:
                     self.end_headers()
                     self.wfile.write(b'{"error": "try later"}')
                     return
+                if outer.redirect_to:
+                    self.send_response(302)
+                    self.send_header("Location", outer.redirect_to)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 outer.requests.append(body)
                 answer = outer.respond(body)
                 text, model = answer if isinstance(answer, tuple) else (answer, body["model"])
                 reply = {"model": model, "choices": [{"message": {"role": "assistant", "content": text}}]}
+                if outer.padding:
+                    reply["padding"] = "x" * outer.padding
                 data = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    if outer.trickle is None:
+                        self.wfile.write(data)
+                        return
+                    for byte in data:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        _real_sleep(outer.trickle)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def log_message(self, *args: Any) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
 

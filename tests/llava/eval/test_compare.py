@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llava.eval import compare as cmp
-from llava.eval import eval_gqa
+from llava.eval import eval_gqa, summarize
 from llava.eval.files import write_json, write_score
 
 # Table 1 (tab:token-retain), 16 retained tokens: scores in the paper's column order and the printed Acc.
@@ -101,14 +101,14 @@ def test_cost_from_a_checkpoint_and_errors(tmp_path: Path, tiny_llava_checkpoint
     result = cmp.main(["--results", f"a={scores}", "--checkpoint", f"a={ckpt}", "--vanilla", "a", "--prompt-tokens", "30"])
     run = result.runs[0]
     assert run.tokens == 36 and run.flops > 0 and "analytic" in run.cost_source
-    with pytest.raises(SystemExit, match="--vanilla 'b' is not one of the runs"):
+    with pytest.raises(ValueError, match="--vanilla 'b' is not one of the runs"):
         cmp.main(["--results", f"a={scores}", "--vanilla", "b"])
-    with pytest.raises(SystemExit, match="--cost names \\['b'\\], which are not runs"):
+    with pytest.raises(ValueError, match="--cost names \\['b'\\], which are not runs"):
         cmp.main(["--results", f"a={scores}", "--vanilla", "a", "--cost", f"b={tmp_path}/c.json"])
     write_json(tmp_path / "bad.json", {"tflops": "many"})
-    with pytest.raises(SystemExit, match="tflops must be a finite number"):
+    with pytest.raises(ValueError, match="tflops must be a finite number"):
         cmp.main(["--results", f"a={scores}", "--vanilla", "a", "--cost", f"a={tmp_path / 'bad.json'}"])
-    with pytest.raises(SystemExit, match="run names must be unique"):
+    with pytest.raises(ValueError, match="run names must be unique"):
         cmp.main(["--results", f"a={scores}", "--results", f"a={scores}", "--vanilla", "a"])
 
 
@@ -117,3 +117,70 @@ def test_a_benchmark_vanilla_scored_zero_is_left_out_of_acc():
     result = cmp.compare(runs, "v")
     assert result.acc == {"v": 100.0, "c": 50.0} and result.front == ["c", "v"]
     assert "a left out of Acc.: v scored 0" in result.notes
+
+
+# -- fault cases (issue 22) ----------------------------------------------------------------------------
+
+
+def _two_runs(tmp_path: Path) -> tuple[Path, Path]:
+    """Results folders as gqa.sh and qbench.sh write them: gqa.json and qbench.json."""
+    folders = []
+    for name, gqa, qbench in (("v", 60.0, 30.0), ("b16", 55.0, 70.0)):
+        folder = tmp_path / "cmp" / name
+        write_score(folder / "gqa.json", "gqa", gqa, METRICS["gqa"])
+        write_score(folder / "qbench.json", "qbench", qbench, "Q-Bench LLVisionQA dev accuracy (%)")
+        folders.append(folder)
+    return folders[0], folders[1]
+
+
+def test_every_score_file_the_scripts_write_is_shown_or_named(tmp_path: Path, capsys) -> None:  # E01
+    v, b16 = _two_runs(tmp_path)
+    write_score(b16 / "seed.json", "seed", 61.5, "SEED image accuracy")
+    (b16 / "notes.json").write_text("{}")
+    result = cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v"])
+    header, _, row_v, row_b16 = capsys.readouterr().out.splitlines()[:4]
+    assert header.startswith("| Method | Tokens | GQA | SEED-IMG | Q-Bench | Acc. (%)")
+    assert "| - | 30.0 |" in row_v and "| 61.5 | 70.0 |" in row_b16
+    # Acc. stays the paper's: over the Table-1 benchmarks only (GQA here), 55 / 60
+    assert result.acc["b16"] == pytest.approx(100 * 55 / 60)
+    assert any("Q-Bench" in note and "not in Acc." in note for note in result.notes)
+    assert any("b16: ignored notes.json" in note for note in result.notes)
+    summary = summarize.main([str(b16), "--baseline", str(v)])
+    assert summary.scores["qbench"] == 70.0 and summary.scores["seed"] == 61.5 and summary.used == ["gqa"]
+
+
+def test_out_equal_to_an_input_score_file_is_refused(tmp_path: Path) -> None:  # E02
+    v, b16 = _two_runs(tmp_path)
+    before = (v / "gqa.json").read_bytes()
+    for out in (v / "gqa.json", v / "qbench.json"):
+        with pytest.raises(ValueError, match=rf"^--out .* is the same file as --results v \({out.name}\) .*; writing it would destroy the input"):
+            cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--out", str(out)])
+    assert (v / "gqa.json").read_bytes() == before
+    with pytest.raises(ValueError, match="--json .* is the same file as --results b16"):
+        cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--json", str(b16 / "qbench.json")])
+
+
+def test_out_a_folder_is_one_sentence(tmp_path: Path) -> None:  # E05
+    v, b16 = _two_runs(tmp_path)
+    (tmp_path / "tables").mkdir()
+    with pytest.raises(ValueError, match=r"^--out .*tables' is a folder; pass a file path$"):
+        cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--out", str(tmp_path / "tables")])
+    with pytest.raises(ValueError, match=r"^--out .*cmp' is a folder holding --results v"):
+        cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--out", str(tmp_path / "cmp")])
+
+
+def test_a_checkpoint_with_a_broken_config_is_named(tmp_path: Path) -> None:  # E10
+    v, b16 = _two_runs(tmp_path)
+    broken = tmp_path / "llava-badjson"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"hidden_size": 64,\n')
+    with pytest.raises(ValueError, match=r"checkpoint config '.*llava-badjson/config.json' is not valid JSON"):
+        cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--checkpoint", f"b16={broken}"])
+
+
+def test_summarize_refuses_to_write_over_a_score_file(tmp_path: Path) -> None:
+    v, _ = _two_runs(tmp_path)
+    before = (v / "gqa.json").read_bytes()
+    with pytest.raises(ValueError, match="--output-json .* is the same file as results gqa.json"):
+        summarize.main([str(v), "--output-json", str(v / "gqa.json")])
+    assert (v / "gqa.json").read_bytes() == before

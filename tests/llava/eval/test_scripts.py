@@ -37,9 +37,10 @@ def test_common_settings_follow_the_environment() -> None:
     assert out[2:] == ["--model-path", "/ckpts/llava-v1.5-7b-braco_c3s7", "--model-base", "/base", "--temperature", "0",
                        "--conv-mode", "vicuna_v1", "--batch-size", "4"]
     env["OVERWRITE"] = "1"  # answer again after the checkpoint or the settings changed
+    env["LOADER_ARGS"] = "--device cpu  --projector-setting mm_mqt_num_tokens=8"  # more loader flags, split at spaces
     args = subprocess.run(["bash", "-c", f'source {SCRIPTS / "common.sh"}; printf "%s\\n" "${{MODEL_ARGS[@]}}"'],
                           env=env, check=True, capture_output=True, text=True).stdout.splitlines()
-    assert args[-1] == "--overwrite"
+    assert args[-5:] == ["--overwrite", "--device", "cpu", "--projector-setting", "mm_mqt_num_tokens=8"]
 
 
 def test_answer_in_chunks_runs_one_loader_per_device_and_merges(tiny_llava_checkpoint, bench_data: BenchData, tmp_path: Path) -> None:

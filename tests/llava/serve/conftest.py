@@ -16,11 +16,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
+
+from llava.net import NetError
 
 ROOT = Path(__file__).resolve().parents[3]
 BRACO_PROJECTOR = "braco_c2s5"
@@ -42,7 +45,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
         try:
             if predicate():
                 return time.monotonic() - start
-        except requests.RequestException:
+        except (requests.RequestException, NetError):
             pass
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
@@ -73,9 +76,10 @@ class ServerProcess:
                 self.process.wait(timeout=15)
 
 
-def start_server(name: str, module: str, args: list[str], log_dir: Path) -> ServerProcess:
+def start_server(name: str, module: str, args: list[str], log_dir: Path, extra_env: dict[str, str] | None = None) -> ServerProcess:
     env = {
         **os.environ,
+        **(extra_env or {}),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "GRADIO_ANALYTICS_ENABLED": "False",
         "OMP_NUM_THREADS": "1",
@@ -204,3 +208,23 @@ def mlp_engine(tiny_llava_checkpoint):
     from llava.serve.engine import ModelEngine
 
     return ModelEngine.load(str(tiny_llava_checkpoint("mlp2x_gelu")), device="cpu")
+
+
+@contextmanager
+def serve_in_thread(app, limits=None) -> Iterator[str]:
+    """Serve an ASGI app with :func:`llava.serve.webapi.uvicorn_server` (the servers' own limits) on a free
+    loopback port in a thread; yields its URL."""
+    import threading
+
+    from llava.serve.webapi import ServerLimits, uvicorn_server
+
+    port = free_port()
+    server = uvicorn_server(app, "127.0.0.1", port, limits or ServerLimits())
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, 20, "the test server to start", interval=0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

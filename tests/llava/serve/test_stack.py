@@ -184,16 +184,18 @@ def test_gradio_bad_uploads_and_empty_question_get_clear_messages(
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
 
+    import httpx
+
     client = Client(serving_stack.web_url, verbose=False)
-    cases = [
-        (QUESTION, not_an_image, "not an image"),
-        (QUESTION, huge_png, "megapixels"),
-        ("   ", tiny_image_file, "question is empty"),
-    ]
-    for question, upload, expected in cases:
-        with pytest.raises(AppError) as caught:
-            client.predict(question, handle_file(str(upload)), "Default", api_name="/add_text")
-        assert expected in str(caught.value).lower(), str(caught.value)
+    # Files that are not acceptable images are refused when they are uploaded (HTTP 400, one sentence)...
+    for upload, expected in ((not_an_image, "not an image"), (huge_png, "megapixels")):
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            client.predict(QUESTION, handle_file(str(upload)), "Default", api_name="/add_text")
+        assert refused.value.response.status_code == 400 and expected in refused.value.response.text.lower()
+    # ... and an empty question when it is sent.
+    with pytest.raises(AppError) as caught:
+        client.predict("   ", handle_file(str(tiny_image_file)), "Default", api_name="/add_text")
+    assert "question is empty" in str(caught.value).lower(), str(caught.value)
     outputs = ask_page(client, serving_stack.model_name, tiny_image_file, QUESTION)
     assert last_answer(outputs[-1][0]).strip()  # the next request still works
 

@@ -1,0 +1,125 @@
+"""Answer a JSONL question file, one video per question (LLaVA-NeXT-style video QA).
+
+Usage (``model_vqa``'s flags, plus the frame sampling)::
+
+    python -m llava.eval.model_vqa_video --model-path checkpoints/llava-onevision-qwen2-0.5b-ov \
+        --question-file ./playground/data/eval/video/questions.jsonl \
+        --video-folder ./playground/data/eval/video/videos \
+        --answers-file ./playground/data/eval/video/answers/ov.jsonl \
+        --conv-mode qwen_1_5 --temperature 0 --frames-upbound 16 [--force-sample] [--batch-size 4] [--skip-missing]
+
+Question line: ``{"question_id", "video" (relative to --video-folder), "text", ...}``. The video is decoded with
+PyAV (the ``video`` extra) and its frames sampled by LLaVA-NeXT's rule (:func:`llava.video.sample_frame_indices`:
+one frame per second, at most ``--frames-upbound``; ``--force-sample`` always takes ``--frames-upbound`` evenly
+spread frames); the prompt carries one ``<image>`` marker for the whole video, as NeXT trains it. The answer
+lines are ``model_vqa``'s (``question_id, prompt, text, answer_id, model_id, metadata``; ``prompt`` is the question
+text). Chunking, batching, resuming, ``--skip-missing`` (missing or undecodable videos) and the answers file are
+:mod:`llava.eval.core`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from llava.eval.core import EvalItem, LoaderSpec, RunResult, args_with_defaults, get_chunk, run_loader, run_parsed, split_list
+from llava.eval.files import require_keys
+from llava.utils import UserError, cli_main
+from llava.video import SampledVideo, import_av, load_video
+
+#: Default of ``--frames-upbound`` (NeXT's video demo uses 4 to 32; lmms-eval's ``llava_onevision`` 32).
+DEFAULT_FRAMES = 16
+
+
+@dataclass(frozen=True)
+class VideoRef:
+    """A question's video file and how to sample it (the core calls ``exists``, ``describe`` and ``load``)."""
+
+    path: str
+    frames_upbound: int = DEFAULT_FRAMES
+    force_sample: bool = False
+    video_fps: float = 1.0
+    #: What the core's messages call it ("video file ... does not exist").
+    kind: str = "video"
+
+    def describe(self) -> str:
+        return repr(self.path)
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.path)
+
+    def load(self) -> SampledVideo:
+        """The sampled frames.
+
+        Raises:
+            ValueError: If the file is missing or cannot be decoded (the core skips or stops, naming the question).
+        """
+        return load_video(self.path, frames_upbound=self.frames_upbound, force_sample=self.force_sample, video_fps=self.video_fps)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--video-folder", "--video_folder", dest="video_folder", type=str, default="",
+                        help="folder the questions' 'video' paths are relative to")
+    parser.add_argument("--frames-upbound", "--frames_upbound", "--for_get_frames_num", dest="frames_upbound", type=int,
+                        default=DEFAULT_FRAMES, help="at most this many frames per video, evenly spread (0: one per second, no cap)")
+    parser.add_argument("--force-sample", "--force_sample", dest="force_sample", action="store_true",
+                        help="always take --frames-upbound evenly spread frames (NeXT's force_sample)")
+    parser.add_argument("--video-fps", "--video_fps", dest="video_fps", type=float, default=1.0,
+                        help="frames per second kept before the --frames-upbound cap (NeXT's video_fps)")
+
+
+def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
+    """One item: the question text with its one video."""
+    require_keys(record, ("question_id", "video", "text"), f"question {record.get('question_id')!r}")
+    video = VideoRef(
+        os.path.join(args.video_folder, record["video"]), frames_upbound=args.frames_upbound,
+        force_sample=args.force_sample, video_fps=args.video_fps,
+    )
+    return [EvalItem(record["question_id"], record["text"], record["text"], (video,))]  # type: ignore[arg-type]
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The frame flags and the decoder, before any question or model is read.
+
+    Raises:
+        UserError: For a negative ``--frames-upbound``, ``--force-sample`` without a positive one, a ``--video-fps``
+            that is not > 0, or PyAV missing.
+    """
+    if args.frames_upbound < 0:
+        raise UserError(f"--frames-upbound must be >= 0 (0: one frame per second, no cap), got {args.frames_upbound}")
+    if args.force_sample and args.frames_upbound == 0:
+        raise UserError("--force-sample takes --frames-upbound evenly spread frames; give --frames-upbound N with N >= 1")
+    if not args.video_fps > 0:
+        raise UserError(f"--video-fps must be > 0, got {args.video_fps}")
+    import_av()
+
+
+SPEC = LoaderSpec(
+    name="model_vqa_video", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=1024,
+    add_arguments=add_arguments,
+)
+
+
+def main(argv: Sequence[str] | None = None, **kwargs: Any) -> RunResult:
+    from llava.eval.core import build_parser
+
+    args = build_parser(SPEC).parse_args(argv)
+    check_arguments(args)
+    return run_parsed(SPEC, args, **kwargs)
+
+
+def eval_model(args: Any) -> RunResult:
+    """Run on an args object (a Namespace, or any object with the flags' attribute names); attributes it lacks take
+    the command line's defaults."""
+    completed = args_with_defaults(SPEC, args)
+    check_arguments(completed)
+    return run_parsed(SPEC, completed)
+
+
+__all__ = ["SPEC", "VideoRef", "eval_model", "get_chunk", "main", "run_loader", "split_list"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli_main(main))

@@ -1,0 +1,114 @@
+"""``python -m llava.eval.model_vqa_video`` on a tiny OneVision-style checkpoint with tiny videos written by PyAV:
+answers in model_vqa's format, resumable, missing or undecodable videos stop the run (one sentence naming the
+question) or are skipped with --skip-missing, and bad frame flags are refused before any model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llava.eval import model_vqa_video
+from llava.utils import UserError
+from llava.video import write_video
+
+FIELDS = ["question_id", "prompt", "text", "answer_id", "model_id", "metadata"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tiny_qwen_tokenizer_dir) -> Path:
+    from llava.testing.tiny import build_tiny_llava_checkpoint, build_tiny_siglip_tower
+
+    root = tmp_path_factory.mktemp("video_loader")
+    tower = build_tiny_siglip_tower(root / "siglip", image_size=54, patch_size=6)
+    return build_tiny_llava_checkpoint(
+        root / "llava-onevision-qwen2-tiny", tower, tiny_qwen_tokenizer_dir, llm="qwen2",
+        extra_config={"mm_patch_merge_type": "spatial_unpad"},
+    )
+
+
+def _clip(shift: int) -> np.ndarray:
+    frames = np.zeros((12, 32, 48, 3), dtype=np.uint8)
+    for index in range(12):
+        frames[index, 8:20, (shift + 3 * index) % 36 : (shift + 3 * index) % 36 + 12] = 255
+    return frames
+
+
+@pytest.fixture()
+def video_set(tmp_path) -> tuple[Path, Path]:
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    for index in range(2):
+        write_video(folder / f"clip{index}.mp4", _clip(5 * index), fps=6)
+    (folder / "broken.mp4").write_bytes(b"\x00" * 300)
+    questions = tmp_path / "questions.jsonl"
+    records = [
+        {"question_id": "q0", "video": "clip0.mp4", "text": "Which way does the square move?"},
+        {"question_id": "q1", "video": "clip1.mp4", "text": "What colour is the square?"},
+        {"question_id": "q2", "video": "absent.mp4", "text": "Anything?"},
+        {"question_id": "q3", "video": "broken.mp4", "text": "Anything?"},
+    ]
+    questions.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return folder, questions
+
+
+def _argv(checkpoint: Path, folder: Path, questions: Path, answers: Path, *extra: str) -> list[str]:
+    return [
+        "--model-path", str(checkpoint), "--video-folder", str(folder), "--question-file", str(questions),
+        "--answers-file", str(answers), "--conv-mode", "qwen_1_5", "--temperature", "0", "--max_new_tokens", "3",
+        "--device", "cpu", "--frames-upbound", "4", "--force-sample", *extra,
+    ]
+
+
+def test_answers_skips_and_resumes(checkpoint, video_set, tmp_path) -> None:
+    folder, questions = video_set
+    answers = tmp_path / "answers" / "ov.jsonl"
+    with pytest.raises(UserError, match="question 'q2': video file .*absent.mp4.*--skip-missing"):
+        model_vqa_video.main(_argv(checkpoint, folder, questions, answers))
+    result = model_vqa_video.main(_argv(checkpoint, folder, questions, answers, "--skip-missing", "--batch-size", "2"))
+    assert result.answered == 2 and sorted(result.skipped) == ["q2", "q3"]
+    lines = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [line["question_id"] for line in lines] == ["q0", "q1"]
+    assert all(list(line) == FIELDS for line in lines)
+    assert lines[0]["prompt"] == "Which way does the square move?"
+    meta = json.loads(answers.with_name("ov.jsonl.meta.json").read_text())
+    assert json.dumps(meta).count('"frames_upbound": 4') == 1
+    again = model_vqa_video.main(_argv(checkpoint, folder, questions, answers, "--skip-missing"))
+    assert again.already_answered == 2 and again.answered == 0
+    other = _argv(checkpoint, folder, questions, answers, "--skip-missing", "--frames-upbound", "2")
+    with pytest.raises(ValueError, match="frames_upbound"):  # other sampling settings: refused until --overwrite
+        model_vqa_video.main(other)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--frames-upbound", "-1"], "--frames-upbound must be >= 0"),
+        (["--frames-upbound", "0", "--force-sample"], "--force-sample takes --frames-upbound"),
+        (["--video-fps", "0"], "--video-fps must be > 0"),
+    ],
+)
+def test_bad_frame_flags_are_refused_first(tmp_path, flags, message) -> None:
+    argv = ["--model-path", str(tmp_path / "nothing"), "--question-file", str(tmp_path / "q.jsonl"), *flags]
+    with pytest.raises(UserError, match=message):
+        model_vqa_video.main(argv)
+
+
+def test_run_llava_and_the_terminal_chat_take_a_video(checkpoint, video_set, monkeypatch, capsys) -> None:
+    from llava.eval import run_llava
+    from llava.serve import cli
+
+    folder, _ = video_set
+    common = ["--model-path", str(checkpoint), "--temperature", "0", "--device", "cpu", "--frames-upbound", "3", "--force-sample"]
+    answer = run_llava.main([*common, "--video-file", str(folder / "clip0.mp4"), "--query", "Which way?", "--max_new_tokens", "2"])
+    assert isinstance(answer, str)
+    with pytest.raises(UserError, match="either --image-file or --video-file"):
+        run_llava.main([*common, "--query", "Which way?"])
+    turns = iter(["Which way does it move?", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(turns))
+    cli.main([*common, "--video-file", str(folder / "clip1.mp4"), "--max-new-tokens", "2"])
+    assert "exit..." in capsys.readouterr().out
+    with pytest.raises(Exception, match="does not exist"):
+        cli.main([*common, "--video-file", str(folder / "absent.mp4")])
