@@ -1,7 +1,8 @@
 from setuptools import find_packages, setup
 
-# 0.19.8 cannot start an engine on 0-dim parameters (Braco has three); see docs/TRAINING.md.
-TRAIN = ["deepspeed>=0.14,!=0.19.8", "peft>=0.12"]
+# 0.19.8 cannot start an engine on 0-dim parameters (Braco has three); see docs/TRAINING.md. wandb as upstream's train
+# extra (its scripts pass --report_to wandb; wandb 0.31 accepts protobuf 7); pyyaml reads LLaVA-NeXT's data mixtures.
+TRAIN = ["deepspeed>=0.14,!=0.19.8", "peft>=0.12", "wandb>=0.19", "pyyaml>=6"]
 SERVE = ["gradio>=6,<7", "fastapi>=0.110", "uvicorn>=0.29", "requests>=2.31", "httpx>=0.27"]
 EVAL = ["pandas>=2.0", "openpyxl>=3.1"]  # MMBench .tsv in, .xlsx submission out
 VIDEO = ["av>=11"]  # PyAV decodes video files (llava.video); lmms-eval 0.7.3 pins av<16, which this allows

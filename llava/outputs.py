@@ -92,8 +92,9 @@ def check_outputs(inputs: Mapping[str, PathLike | None], outputs: Mapping[str, P
             if in_path is None:
                 continue
             if same_file(in_path, out_path) or (_path(out_path).is_dir() and _inside(in_path, out_path)):
+                relation = ("the same folder as" if _path(in_path).is_dir() else "the same file as") if same_file(in_path, out_path) else "a folder holding"
                 raise UserError(
-                    f"{out_flag} {os.fspath(out_path)!r} is {'the same file as' if same_file(in_path, out_path) else 'a folder holding'} "
+                    f"{out_flag} {os.fspath(out_path)!r} is {relation} "
                     f"{in_flag} {os.fspath(in_path)!r}; writing it would destroy the input, so pass another {out_flag}"
                 )
 

@@ -137,7 +137,8 @@ def load_pretrained_model(
     else:
         tokenizer, model = _load_llava_full(model_path, load_kwargs, allow_missing_weights, changes)
 
-    image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device)
+    image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device,
+                                          trained_tower_from=model_path if kind == "llava_full" else None)
     return tokenizer, model, image_processor, _context_length(model)
 
 
@@ -368,8 +369,46 @@ def _load_language_model(
 # ---------------------------------------------------------------------------------------------- vision
 
 
+#: Where a full checkpoint keeps the vision tower's weights.
+TOWER_WEIGHTS_PREFIX = "model.vision_tower.vision_tower."
+
+
+def restore_trained_tower(model: PreTrainedModel, model_path: str) -> None:
+    """Put a tower that trained with the model back from the checkpoint's own weights.
+
+    ``load_model`` reads the tower from ``mm_vision_tower`` (its original weights). When the config says the tower
+    trained (LLaVA-NeXT's ``mm_tunable_parts`` naming ``mm_vision_tower``, or ``unfreeze_mm_vision_tower``), the
+    checkpoint's ``model.vision_tower.vision_tower.*`` entries under the tower's own parameter names (as this
+    project's trainer saves them) replace them. Copies under transformers-4 names (``vision_model.*``) are left
+    alone, as before.
+    """
+    config = model.config
+    if "mm_vision_tower" not in str(getattr(config, "mm_tunable_parts", None) or "") and not getattr(
+        config, "unfreeze_mm_vision_tower", False
+    ):
+        return
+    if not os.path.isdir(model_path):
+        return
+    from safetensors import safe_open
+
+    tower = model.get_vision_tower().vision_tower
+    names = set(tower.state_dict())
+    weights: dict[str, torch.Tensor] = {}
+    for file_name in sorted(os.listdir(model_path)):
+        if file_name.endswith(".safetensors"):
+            with safe_open(os.path.join(model_path, file_name), framework="pt") as handle:
+                for key in handle.keys():
+                    name = key.removeprefix(TOWER_WEIGHTS_PREFIX)
+                    if key.startswith(TOWER_WEIGHTS_PREFIX) and name in names:
+                        weights[name] = handle.get_tensor(key)
+    if weights:
+        tower.load_state_dict(weights, strict=False)
+        logger.info("restored the trained vision tower from %s (%d of %d tensors)", model_path, len(weights), len(names))
+
+
 def _prepare_multimodal(
-    tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, device_map: Any, device: str
+    tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, device_map: Any, device: str,
+    trained_tower_from: str | None = None,
 ) -> Any:
     """Add the image tokens the config asks for, grow the embeddings if needed, load the vision tower.
 
@@ -391,6 +430,8 @@ def _prepare_multimodal(
             f"the model config names no vision tower (mm_vision_tower); {type(model).__name__} needs one to take images"
         )
     vision_tower.load_model(device_map=device_map)
+    if trained_tower_from is not None:
+        restore_trained_tower(model, trained_tower_from)
     if device_map != "auto":
         tower_dtype = torch.float16 if getattr(model, "is_quantized", False) else model.dtype
         vision_tower.to(device=device, dtype=tower_dtype)

@@ -8,7 +8,13 @@
   :func:`model_arguments_class`), ``None`` by default so that the projector's own defaults apply; whatever is
   given is checked (type, choices, range, and that ``--mm_projector_type`` is one of that plugin's types) and
   written to ``config.json``. A plugin may fill unset ones per run (:mod:`llava.train.recipe`);
-- ``--skip_bad_samples``: drop (and count) invalid training records instead of stopping.
+- ``--skip_bad_samples``: drop (and count) invalid training records instead of stopping;
+- LLaVA-NeXT's training flags, with NeXT's names, defaults and meaning (docs/BACKBONES.md, "LLaVA-NeXT training
+  flags"): ``--mm_tunable_parts`` and ``--unfreeze_mm_vision_tower`` (what trains), ``--mm_vision_tower_lr`` (the
+  tower's learning rate, next to upstream's ``--mm_projector_lr``), ``--attn_implementation``, the video and pooling
+  keys written to ``config.json`` (``--mm_spatial_pool_stride``/``_mode``, ``--mm_newline_position``,
+  ``--video_folder``, ``--frames_upbound``, ...) and ``--verbose_logging``. NeXT flags for parts this build does not
+  have (vision resamplers, DPO, ...) are refused with one sentence each (:data:`REFUSED_FLAGS`).
 
 Flags that upstream's scripts pass but transformers 5 renamed or removed (``--evaluation_strategy``,
 ``--warmup_ratio``, ...) are translated by :func:`translate_legacy_flags`, with a notice.
@@ -25,7 +31,10 @@ import transformers
 from transformers import HfArgumentParser
 
 from llava.mm_utils import anyres_max_views, is_anyres, parse_grid_pinpoints
+from llava.utils import UserError
 from llava.visual_tokens import PATCH_MERGE_TYPES
+
+from .next_arguments import REFUSED_FLAGS, check_next_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +57,18 @@ class ModelArguments:
     mm_use_im_patch_token: bool = field(default=True)
     mm_patch_merge_type: str | None = field(default="flat")
     mm_vision_select_feature: str | None = field(default="patch")
+    # LLaVA-NeXT (names and defaults as in its train.py)
+    mm_tunable_parts: str | None = field(
+        default=None,
+        metadata={"help": "LLaVA-NeXT: comma list of what trains, from mm_mlp_adapter, mm_vision_tower, "
+                          "mm_language_model; replaces --tune_mm_mlp_adapter/--freeze_mm_mlp_adapter/--freeze_backbone"},
+    )
+    unfreeze_mm_vision_tower: bool = field(default=False, metadata={"help": "LLaVA-NeXT: train the vision tower too"})
+    mm_spatial_pool_stride: int | None = field(default=None, metadata={"help": "LLaVA-NeXT: video frame pooling stride (config.json)"})
+    mm_spatial_pool_mode: str = field(default="bilinear", metadata={"help": "LLaVA-NeXT: bilinear, average or max (config.json)"})
+    mm_newline_position: str = field(
+        default="grid", metadata={"help": "LLaVA-NeXT: video newline tokens: grid, frame, one_token or no_token (config.json)"}
+    )
 
 
 @dataclass
@@ -70,6 +91,12 @@ class DataArguments:
         metadata={"help": "drop invalid records (missing image, no <image> marker, ...) and report the counts "
                           "instead of stopping at the first one"},
     )
+    # LLaVA-NeXT video data (names and defaults as in its train.py)
+    video_folder: str | None = field(default=None, metadata={"help": "LLaVA-NeXT: root of the records' 'video' paths"})
+    video_fps: int = field(default=1, metadata={"help": "LLaVA-NeXT: frames sampled per second of video"})
+    frames_upbound: int = field(default=0, metadata={"help": "LLaVA-NeXT: at most this many frames per video (0: no cap)"})
+    add_time_instruction: bool = field(default=False, metadata={"help": "LLaVA-NeXT: tell the model the frame times"})
+    force_sample: bool = field(default=False, metadata={"help": "LLaVA-NeXT: always sample frames_upbound frames"})
 
 
 @dataclass
@@ -92,6 +119,15 @@ class TrainingArguments(transformers.TrainingArguments):
     lora_weight_path: str = ""
     lora_bias: str = "none"
     mm_projector_lr: float | None = None
+    mm_vision_tower_lr: float | None = field(
+        default=None, metadata={"help": "LLaVA-NeXT: learning rate of the vision tower's parameters (when it trains)"}
+    )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "LLM attention: flash_attention_2, sdpa or eager (default: train_mem.py's choice, "
+                          "flash_attention_2 when flash-attn is installed, else sdpa)"},
+    )
+    verbose_logging: bool = field(default=False, metadata={"help": "LLaVA-NeXT: log every argument at the start"})
     group_by_modality_length: bool = field(default=False)
     overwrite_output_dir: bool = field(
         default=False,
@@ -195,6 +231,27 @@ def translate_legacy_flags(argv: Sequence[str]) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- LLaVA-NeXT flags
+
+
+def flag_given(argv: Sequence[str], name: str) -> bool:
+    """Whether ``--name`` (or ``--name=...``, hyphens or underscores) is on the command line."""
+    return any(token.startswith("--") and _split_flag(token)[0] == name for token in argv)
+
+
+def refuse_unsupported_flags(argv: Sequence[str]) -> None:
+    """Stop at the first LLaVA-NeXT flag of :data:`REFUSED_FLAGS` with its one-sentence reason.
+
+    Raises:
+        UserError: Naming the flag and what to use instead.
+    """
+    for token in argv:
+        if token.startswith("--"):
+            name = _split_flag(token)[0]
+            if name in REFUSED_FLAGS:
+                raise UserError(f"--{name} {REFUSED_FLAGS[name]}")
+
+
 # ---------------------------------------------------------------------------------------------- plugin flags
 
 
@@ -282,15 +339,22 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, traini
             raise ValueError(f"--{flag} needs --vision_tower (the projector sits on the vision tower)")
     if model_args.tune_mm_mlp_adapter and training_args.freeze_mm_mlp_adapter:
         raise ValueError("--tune_mm_mlp_adapter True with --freeze_mm_mlp_adapter True leaves nothing to train")
+    check_next_arguments(model_args, data_args, training_args)
     check_plugin_arguments(model_args)
 
 
 def parse_arguments(argv: Sequence[str] | None = None) -> tuple[ModelArguments, DataArguments, TrainingArguments]:
-    """Parse upstream's command line (``sys.argv[1:]`` when ``argv`` is None) into the three dataclasses."""
-    args = translate_legacy_flags(sys.argv[1:] if argv is None else argv)
+    """Parse upstream's (or LLaVA-NeXT's) command line (``sys.argv[1:]`` when ``argv`` is None) into the three
+    dataclasses; ``--verbose_logging True`` logs them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    refuse_unsupported_flags(argv)
+    args = translate_legacy_flags(argv)
     parser = HfArgumentParser((model_arguments_class(), DataArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=args, look_for_args_file=False)
     check_arguments(model_args, data_args, training_args)
+    if training_args.verbose_logging:
+        for name, group in (("model", model_args), ("data", data_args), ("training", training_args)):
+            logger.info("%s arguments: %s", name, vars(group))
     return model_args, data_args, training_args
 
 
@@ -302,7 +366,9 @@ __all__ = [
     "check_arguments",
     "check_image_arguments",
     "check_plugin_arguments",
+    "flag_given",
     "model_arguments_class",
     "parse_arguments",
+    "refuse_unsupported_flags",
     "translate_legacy_flags",
 ]

@@ -3,7 +3,8 @@
 - ``--group_by_modality_length True``: batches of image samples and batches of text-only samples, each
   grouped by length (:class:`LengthGroupedSampler`); ``--group_by_length`` (transformers' length grouping)
   uses the dataset's own length estimates instead of tokenizing every sample;
-- ``--mm_projector_lr``: the projector's parameters get their own learning rate;
+- ``--mm_projector_lr`` (upstream) and ``--mm_vision_tower_lr`` (LLaVA-NeXT): the projector's and the vision
+  tower's parameters get their own learning rates;
 - saving follows the mode (:mod:`llava.train.saving`): projector only in stage 1, adapter + non-LoRA
   trainables with LoRA, the full model otherwise. Checkpoints also hold the optimizer, scheduler and
   trainer state, so every mode resumes (upstream's stage-1 checkpoints held only the projector).
@@ -21,6 +22,7 @@ from torch.utils.data import Sampler
 from transformers import Trainer
 from transformers.trainer import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from .recipe import data_seed
 from .resume import begin_checkpoint, finish_checkpoint
 
 from .saving import load_non_lora_checkpoint, load_projector_checkpoint, save_lora_extras, save_projector
@@ -153,7 +155,7 @@ class LLaVATrainer(Trainer):
     # -- sampling ------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset: Any = None) -> Sampler | None:
         dataset = train_dataset if train_dataset is not None else self.train_dataset
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        seed = data_seed(self.args)
         group_size = self.args.world_size * self.args.gradient_accumulation_steps
         if getattr(self.args, "group_by_modality_length", False):
             return LengthGroupedSampler(
@@ -164,22 +166,30 @@ class LLaVATrainer(Trainer):
         return super()._get_train_sampler(train_dataset)
 
     # -- optimizer -----------------------------------------------------------------------------------
+    def module_learning_rates(self) -> dict[str, float]:
+        """Name part -> learning rate for the parameters whose name contains it (LLaVA-NeXT's rule)."""
+        rates = {"mm_projector": getattr(self.args, "mm_projector_lr", None),
+                 "vision_tower": getattr(self.args, "mm_vision_tower_lr", None)}
+        return {part: rate for part, rate in rates.items() if rate is not None}
+
     def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
-        """Upstream's four groups when ``mm_projector_lr`` is set: (decay, no decay) x (projector, rest)."""
-        projector_lr = getattr(self.args, "mm_projector_lr", None)
-        if projector_lr is None or self.optimizer is not None:
+        """Upstream's and NeXT's groups when a module has its own learning rate: (decay, no decay) x (each module
+        with its own rate, the rest at ``--learning_rate``)."""
+        rates = self.module_learning_rates()
+        if not rates or self.optimizer is not None:
             return super().create_optimizer(model)
         opt_model = self.model if model is None else model
         decay = set(self.get_decay_parameter_names(opt_model))
-        groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+        groups: dict[tuple[bool, str | None], list[torch.nn.Parameter]] = {}
         for name, param in opt_model.named_parameters():
             if param.requires_grad:
-                groups.setdefault((name in decay, "mm_projector" in name), []).append(param)
+                module = next((part for part in rates if part in name), None)
+                groups.setdefault((name in decay, module), []).append(param)
         param_groups = []
-        for (decays, is_projector), params in groups.items():
+        for (decays, module), params in groups.items():
             group: dict[str, Any] = {"params": params, "weight_decay": self.args.weight_decay if decays else 0.0}
-            if is_projector:
-                group["lr"] = projector_lr
+            if module is not None:
+                group["lr"] = rates[module]
             param_groups.append(group)
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
         self.optimizer = optimizer_cls(param_groups, **optimizer_kwargs)

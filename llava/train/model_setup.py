@@ -1,7 +1,10 @@
 """Building the model to train: LLM (optionally quantized / LoRA-wrapped), tokenizer, vision tower and
 projector, and which parameters train in each stage.
 
-Stage 1 (``--tune_mm_mlp_adapter True``): everything is frozen except the projector (a compressor included). Stage 2: the LLM and the projector train. The vision tower is always frozen.
+Upstream's flags: stage 1 (``--tune_mm_mlp_adapter True``) trains only the projector (a compressor included);
+stage 2 trains the LLM and the projector; the vision tower is frozen unless ``--unfreeze_mm_vision_tower True``.
+LLaVA-NeXT's ``--mm_tunable_parts`` replaces those flags: everything is frozen, then each named part trains
+(:func:`set_trainable_parts`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from llava.model.multimodal_projector.plugins import owner_of
 from llava.model.tokenizer_loading import load_tokenizer as load_tokenizer_any_protobuf
 
 from .arguments import DataArguments, ModelArguments, TrainingArguments
+from .next_arguments import trains_vision_tower, tunable_parts
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +166,10 @@ def setup_vision(model: nn.Module, model_args: ModelArguments, data_args: DataAr
         rebuild_projector(model)
 
     tower = model.get_vision_tower()
-    tower.to(dtype=compute_dtype(training_args), device=training_args.device)
+    # A tower that trains keeps float32 weights (the Trainer's autocast or DeepSpeed give the mixed precision), as
+    # the LLM does; a frozen one runs in the compute dtype.
+    tower_dtype = torch.float32 if trains_vision_tower(model_args) else compute_dtype(training_args)
+    tower.to(dtype=tower_dtype, device=training_args.device)
     config.image_aspect_ratio = data_args.image_aspect_ratio
     if is_anyres(data_args.image_aspect_ratio):
         # Written expanded (NeXT's train.py does the same) so that inference needs no tower side to read it.
@@ -174,17 +181,70 @@ def setup_vision(model: nn.Module, model_args: ModelArguments, data_args: DataAr
     config.mm_use_im_start_end = model_args.mm_use_im_start_end
     config.mm_projector_lr = training_args.mm_projector_lr
     config.mm_use_im_patch_token = model_args.mm_use_im_patch_token
+    write_next_keys(config, model_args, data_args, training_args)
 
+    set_trainable_parts(model, model_args, training_args)
     projector = base.mm_projector
-    if model_args.tune_mm_mlp_adapter:
-        model.requires_grad_(False)
-        projector.requires_grad_(True)
-    if training_args.freeze_mm_mlp_adapter:
-        projector.requires_grad_(False)
     if training_args.bits in (4, 8):
         projector.to(dtype=compute_dtype(training_args), device=training_args.device)
     model.initialize_vision_tokenizer(model_args, tokenizer=tokenizer)
     return tower.image_processor
+
+
+def write_next_keys(config: Any, model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """The keys LLaVA-NeXT's ``train()`` writes to ``config.json``, under its names (the video and pooling keys
+    are read by the model's video path; the rest record how the run trained)."""
+    config.mm_newline_position = model_args.mm_newline_position
+    config.mm_spatial_pool_stride = model_args.mm_spatial_pool_stride
+    config.mm_spatial_pool_mode = model_args.mm_spatial_pool_mode
+    config.add_time_instruction = data_args.add_time_instruction
+    config.force_sample = data_args.force_sample
+    config.mm_vision_tower_lr = training_args.mm_vision_tower_lr
+    if model_args.mm_tunable_parts is not None:
+        config.mm_tunable_parts = model_args.mm_tunable_parts
+    else:
+        config.unfreeze_mm_vision_tower = model_args.unfreeze_mm_vision_tower
+
+
+def set_trainable_parts(model: nn.Module, model_args: ModelArguments, training_args: TrainingArguments) -> None:
+    """Set ``requires_grad`` on the model's parts.
+
+    With ``--mm_tunable_parts`` (LLaVA-NeXT's rule): freeze everything, then train ``mm_mlp_adapter`` (the
+    projector), ``mm_vision_tower`` (every parameter named ``*vision_tower*``) and ``mm_language_model`` (every
+    parameter outside the tower and the projector, ``image_newline`` included; with LoRA only the adapters). LoRA
+    adapters always train when ``--lora_enable`` is on. Without it, upstream's flags: ``--tune_mm_mlp_adapter``
+    trains the projector alone, ``--freeze_mm_mlp_adapter`` freezes it, ``--unfreeze_mm_vision_tower`` trains the tower.
+    """
+    projector = model.get_model().mm_projector
+    tower = model.get_vision_tower()
+    parts = tunable_parts(model_args)
+    if parts is None:
+        if model_args.tune_mm_mlp_adapter:
+            model.requires_grad_(False)
+            projector.requires_grad_(True)
+        if training_args.freeze_mm_mlp_adapter:
+            projector.requires_grad_(False)
+        tower.requires_grad_(bool(model_args.unfreeze_mm_vision_tower))
+        return
+    model.requires_grad_(False)
+    if "mm_mlp_adapter" in parts:
+        projector.requires_grad_(True)
+    for name, param in model.named_parameters():
+        if "vision_tower" in name:
+            param.requires_grad_("mm_vision_tower" in parts)
+        elif "lora_" in name:
+            param.requires_grad_(bool(training_args.lora_enable))
+        elif "mm_language_model" in parts and not training_args.lora_enable and not any(part in name for part in LORA_EXCLUDED):
+            param.requires_grad_(True)
+    if training_args.lora_enable and "mm_language_model" not in parts:
+        logger.warning("--lora_enable True: the LoRA adapters train although --mm_tunable_parts has no mm_language_model")
+    counts: dict[str, int] = {}
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            group = next((part for part in LORA_EXCLUDED if part in name), "lora" if "lora_" in name else "language_model")
+            counts[group] = counts.get(group, 0) + param.numel()
+    logger.info("trainable parameters (--mm_tunable_parts %s): %s", model_args.mm_tunable_parts,
+                ", ".join(f"{group} {count:,}" for group, count in sorted(counts.items())) or "none")
 
 
 def rebuild_projector(model: nn.Module) -> None:
@@ -247,5 +307,7 @@ __all__ = [
     "load_language_model",
     "load_tokenizer",
     "rebuild_projector",
+    "set_trainable_parts",
     "setup_vision",
+    "write_next_keys",
 ]

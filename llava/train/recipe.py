@@ -15,10 +15,18 @@ from typing import Any
 
 from llava.model.multimodal_projector.plugins import RunInfo, plugin_for
 
+from .next_arguments import projector_only
+
 
 def training_stage(model_args: Any) -> str:
-    """``"pretrain"`` when only the projector trains (``tune_mm_mlp_adapter``), else ``"finetune"``."""
-    return "pretrain" if model_args.tune_mm_mlp_adapter else "finetune"
+    """``"pretrain"`` when only the projector trains (``--tune_mm_mlp_adapter True`` or LLaVA-NeXT's
+    ``--mm_tunable_parts mm_mlp_adapter``), else ``"finetune"``."""
+    return "pretrain" if projector_only(model_args) else "finetune"
+
+
+def data_seed(training_args: Any) -> int:
+    """The seed of data choices (the sampler's order, ``random:N`` mixture draws): ``--data_seed``, else ``--seed``."""
+    return training_args.data_seed if training_args.data_seed is not None else training_args.seed
 
 
 def planned_optimizer_steps(num_samples: int, training_args: Any) -> int:
@@ -55,4 +63,4 @@ def resolve_run_defaults(model_args: Any, total_steps: int) -> tuple[Any, list[s
     return replace(model_args, **filled), sorted(filled)
 
 
-__all__ = ["planned_optimizer_steps", "resolve_run_defaults", "training_stage"]
+__all__ = ["data_seed", "planned_optimizer_steps", "resolve_run_defaults", "training_stage"]

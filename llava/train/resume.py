@@ -44,7 +44,7 @@ TRAINING_KEYS = (
     "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
     "weight_decay", "warmup_steps", "lr_scheduler_type", "seed", "data_seed", "model_max_length", "optim",
     "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "bf16", "fp16", "bits", "lora_enable", "lora_r",
-    "lora_alpha", "lora_dropout", "lora_bias", "mm_projector_lr", "freeze_mm_mlp_adapter",
+    "lora_alpha", "lora_dropout", "lora_bias", "mm_projector_lr", "mm_vision_tower_lr", "freeze_mm_mlp_adapter",
     "group_by_modality_length", "train_sampling_strategy",
 )
 
@@ -68,13 +68,17 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def run_settings(model_args: Any, data_args: Any, training_args: Any) -> dict[str, Any]:
-    """The settings that define a run, as JSON-ready values (every model and data field, the training keys)."""
+def run_settings(model_args: Any, data_args: Any, training_args: Any, data_sources: Any = ()) -> dict[str, Any]:
+    """The settings that define a run, as JSON-ready values (every model and data field, the training keys;
+    ``data_sources``: the files a YAML mixture or file list reads, recorded when there are others than
+    ``--data_path`` itself)."""
     settings: dict[str, Any] = {}
     for group in (model_args, data_args):
         settings.update({f.name: _jsonable(getattr(group, f.name)) for f in dataclasses.fields(group)})
     settings.update({key: _jsonable(getattr(training_args, key, None)) for key in TRAINING_KEYS})
     settings["data_path"] = _file_identity(data_args.data_path)
+    if list(data_sources) not in ([], [data_args.data_path]):
+        settings["data_sources"] = [_file_identity(path) for path in data_sources]
     settings["pretrain_mm_mlp_adapter"] = _file_identity(getattr(model_args, "pretrain_mm_mlp_adapter", None))
     return settings
 

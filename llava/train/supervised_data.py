@@ -35,8 +35,9 @@ from llava.conversation import Conversation
 from llava.mm_utils import ImageUnreadable, open_image, process_images, process_video
 from llava.model.compressor_text import question_ids
 from llava.utils import UserError
-from llava.video import VideoUnreadable, import_av, load_video
+from llava.video import SampledVideo, VideoUnreadable, import_av, load_video
 
+from .data_mixture import read_data_path
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
 
 logger = logging.getLogger(__name__)
@@ -137,19 +138,40 @@ class VideoSettings:
         frames_upbound: At most this many frames, evenly spread; 0: no cap (``--frames_upbound``).
         force_sample: Always take ``frames_upbound`` frames (``--force_sample``).
         video_fps: Frames per second kept before the cap (``--video_fps``).
+        add_time_instruction: Tell the model the video's length and frame times (``--add_time_instruction``,
+            :func:`with_time_instruction`).
     """
 
     video_folder: str | None = None
     frames_upbound: int = 0
     force_sample: bool = False
     video_fps: float = 1.0
+    add_time_instruction: bool = False
 
     @classmethod
     def from_args(cls, data_args: Any) -> VideoSettings:
         """The settings from training's data arguments; flags a version of them lacks keep NeXT's defaults."""
         defaults = cls()
-        values = {name: getattr(data_args, name, None) for name in ("video_folder", "frames_upbound", "force_sample", "video_fps")}
+        names = ("video_folder", "frames_upbound", "force_sample", "video_fps", "add_time_instruction")
+        values = {name: getattr(data_args, name, None) for name in names}
         return cls(**{name: getattr(defaults, name) if value is None else value for name, value in values.items()})
+
+
+def time_instruction(video: SampledVideo) -> str:
+    """LLaVA-NeXT's ``--add_time_instruction`` sentence for a sampled video, in NeXT's exact wording (the text its
+    video models were trained on; frame times in seconds as ``0.00s,1.00s,...``, no space before "Please")."""
+    times = ",".join(f"{seconds:.2f}s" for seconds in video.frame_times)
+    return (
+        f"The video lasts for {video.duration:.2f} seconds, and {len(video)} frames are uniformly sampled from it. "
+        f"These frames are located at {times}.Please answer the following questions related to this video."
+    )
+
+
+def with_time_instruction(turns: Sequence[Turn], video: SampledVideo) -> list[Turn]:
+    """The turns with the first one rewritten as NeXT does: ``<image>\n<time instruction>\n<its text without the
+    marker>`` (before the marker normalisation of :func:`preprocess_multimodal`)."""
+    (speaker, text), rest = turns[0], list(turns[1:])
+    return [(speaker, f"{DEFAULT_IMAGE_TOKEN}\n{time_instruction(video)}\n{text.replace(DEFAULT_IMAGE_TOKEN, '')}"), *rest]
 
 
 def video_path(record: dict[str, Any], video_folder: str | None) -> str | None:
@@ -241,14 +263,17 @@ def load_training_records(
     conv: Conversation | None = None,
     skip_bad: bool = False,
     video_folder: str | None = None,
+    seed: int = 0,
 ) -> tuple[list[dict[str, Any]], DataReport]:
-    """Read and check every record (:func:`check_record`); stop at the first bad one, or drop bad ones when ``skip_bad``.
+    """Read (one file, or a LLaVA-NeXT YAML mixture / file list: :mod:`llava.train.data_mixture`, ``random:N``
+    draws seeded by ``seed``) and check every record (:func:`check_record`); stop at the first bad one, or drop bad
+    ones when ``skip_bad``.
 
     Raises:
         UserError: If some record has a video and PyAV (the ``video`` extra) is not installed.
         ValueError: For a bad record (unless ``skip_bad``), or when no usable record is left.
     """
-    records = read_records(path)
+    records, origins = read_data_path(os.fspath(path), read_records, seed=seed)
     report = DataReport(path=os.fspath(path), total=len(records))
     if not records:
         raise ValueError(f"{path} holds no training samples")
@@ -260,8 +285,9 @@ def load_training_records(
             check_record(record, image_folder, multimodal, conv, video_folder)
         except BadSample as bad:
             if not skip_bad:
+                source, position = origins[index]
                 raise ValueError(
-                    f"{path}: {_describe(index, record)} {bad}; fix it or pass --skip_bad_samples True to drop such samples"
+                    f"{source}: {_describe(position, record)} {bad}; fix it or pass --skip_bad_samples True to drop such samples"
                 ) from None
             report.skipped[bad.reason] += 1
             report.examples.setdefault(bad.reason, f"{_describe(index, record)} {bad}")
@@ -373,6 +399,10 @@ class LazySupervisedDataset(Dataset):
     def _item(self, index: int) -> dict[str, torch.Tensor]:
         record = self.records[index]
         turns = record_turns(record)
+        clip = video_path(record, self.video.video_folder) if self.multimodal else None
+        video = self.read_video(clip, index, record) if clip is not None else None
+        if video is not None and self.video.add_time_instruction:
+            turns = with_time_instruction(turns, video)
         if self.multimodal:
             turns = preprocess_multimodal(
                 turns, mm_use_im_start_end=self.mm_use_im_start_end, mmtag="mmtag" in self.conv.version
@@ -387,10 +417,9 @@ class LazySupervisedDataset(Dataset):
         if path is not None:
             self._check_marker_kept(sample["input_ids"], index, record)
             sample["image"], sample["image_size"] = self.load_image(path, index, record)
-        clip = video_path(record, self.video.video_folder) if self.multimodal else None
-        if clip is not None:
+        if video is not None:
             self._check_marker_kept(sample["input_ids"], index, record)
-            sample["image"], sample["image_size"] = self.load_video(clip, index, record)
+            sample["image"], sample["image_size"] = process_video(video.frames, self.image_processor), video.size
             sample["modality"] = "video"
         return sample
 
@@ -409,22 +438,21 @@ class LazySupervisedDataset(Dataset):
                 f"<image> marker at token {positions[-1] + 1}; raise --model_max_length (upstream trains with 2048)"
             )
 
-    def load_video(self, path: str, index: int, record: dict[str, Any]) -> tuple[torch.Tensor, tuple[int, int]]:
-        """``([F, 3, H, W] frame pixels, (width, height) of a frame)``, sampled and processed as at inference.
+    def read_video(self, path: str, index: int, record: dict[str, Any]) -> SampledVideo:
+        """The video's frames as NeXT samples them (``--frames_upbound``, ``--force_sample``, ``--video_fps``).
 
         Raises:
             VideoUnreadable: One sentence naming the sample, the file and ``--skip_bad_samples``.
         """
         settings = self.video
         try:
-            video = load_video(
+            return load_video(
                 path, frames_upbound=settings.frames_upbound, force_sample=settings.force_sample, video_fps=settings.video_fps
             )
         except VideoUnreadable as error:
             raise VideoUnreadable(
                 f"{_describe(index, record)}: {error}; fix or remove it, or pass --skip_bad_samples True to skip such samples"
             ) from None
-        return process_video(video.frames, self.image_processor), video.size
 
     def load_image(self, path: str, index: int, record: dict[str, Any]) -> tuple[torch.Tensor, tuple[int, int]]:
         """``([3, H, W] or [V, 3, H, W] pixels, (width, height))``, processed as at inference (``process_images``).
@@ -508,4 +536,6 @@ __all__ = [
     "load_training_records",
     "read_records",
     "record_turns",
+    "time_instruction",
+    "with_time_instruction",
 ]

@@ -12,15 +12,30 @@ Stage 1 (projector pre-training)::
 Stage 2 loads the stage-1 ``mm_projector.bin`` with ``--pretrain_mm_mlp_adapter`` and trains the LLM too
 (``--version v1``). See docs/TRAINING.md for the flags and what each stage writes.
 
-Order of work: arguments, then ``--output_dir`` is checked (writable, not one of the inputs), then every training
-record is checked (so bad data fails before a model is loaded), the projector plugin's run defaults are filled in (:mod:`llava.train.recipe`), the model is built
-(:mod:`llava.train.model_setup`), callbacks that the model's projector registered are added
-(:mod:`llava.train.train_callbacks`), and training runs, resuming from the newest complete ``checkpoint-*``
-in ``--output_dir`` when its recorded settings match this run's (:mod:`llava.train.resume`). A disk that fills
-up (or turns read-only) while checkpoints are written is one sentence; the newest complete checkpoint stays.
+LLaVA-NeXT's scripts run too: ``--mm_tunable_parts``, ``--mm_vision_tower_lr``, ``--attn_implementation``, a YAML
+``--data_path`` mixture and the video/pooling keys (:mod:`llava.train.next_arguments`,
+:mod:`llava.train.data_mixture`).
+
+Order of work: arguments, then ``--output_dir`` is checked (not one of the inputs, writable, and empty or ours),
+then every training record is checked (so bad data fails before a model is loaded), the projector plugin's run
+defaults are filled in (:mod:`llava.train.recipe`), the model is built (:mod:`llava.train.model_setup`), callbacks
+that the model's projector registered are added (:mod:`llava.train.train_callbacks`), and training runs, resuming
+from the newest complete ``checkpoint-*`` in ``--output_dir`` when its recorded settings match this run's
+(:mod:`llava.train.resume`). A disk that fills up (or turns read-only) while checkpoints are written is one
+sentence; the newest complete checkpoint stays.
+
+Upstream's public helpers (``make_supervised_data_module``, ``preprocess``, ``safe_save_model_for_hf_trainer``,
+``get_mm_adapter_state_maybe_zero_3``, ...) are importable from here, as from upstream's ``train.py``
+(:mod:`llava.train.upstream_api`).
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python llava/train/train.py): import llava from this checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import logging
 import os
@@ -33,25 +48,44 @@ from transformers import Trainer, enable_full_determinism, set_seed
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path, check_patch_merge
 from llava.model.compressor_text import text_need
-from llava.outputs import check_writable_folder, disk_errors, same_file
-from llava.utils import UserError, cli_main, setup_logging
-
-from .arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
-from .llava_trainer import LLaVATrainer
-from .model_setup import (
+from llava.outputs import MARKER, check_output_folder, check_outputs, disk_errors, is_ours, write_text
+from llava.train.arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
+from llava.train.data_mixture import source_files
+from llava.train.llava_trainer import LLaVATrainer, LengthGroupedSampler
+from llava.train.model_setup import (
     apply_lora,
     check_deepspeed_support,
     drop_unused_settings,
+    find_all_linear_names,
     load_language_model,
     load_tokenizer,
     setup_vision,
 )
-from .preprocess import conversation_template
-from .recipe import planned_optimizer_steps, resolve_run_defaults
-from .resume import log_finished_run, resume_point, run_settings
-from .saving import llava_config
-from .supervised_data import DataCollatorForSupervisedDataset, LazySupervisedDataset, VideoSettings, load_training_records
-from .train_callbacks import callbacks_for_model
+from llava.train.next_arguments import projector_only
+from llava.train.preprocess import conversation_template
+from llava.train.recipe import data_seed, planned_optimizer_steps, resolve_run_defaults
+from llava.train.resume import log_finished_run, resume_point, run_settings
+from llava.train.saving import llava_config
+from llava.train.supervised_data import (
+    DataCollatorForSupervisedDataset,
+    LazySupervisedDataset,
+    VideoSettings,
+    load_training_records,
+)
+from llava.train.train_callbacks import callbacks_for_model
+from llava.train.upstream_api import (
+    get_mm_adapter_state_maybe_zero_3,
+    get_peft_state_maybe_zero_3,
+    get_peft_state_non_lora_maybe_zero_3,
+    make_supervised_data_module,
+    maybe_zero_3,
+    preprocess,
+    preprocess_multimodal,
+    rank0_print,
+    safe_save_model_for_hf_trainer,
+    smart_tokenizer_and_embedding_resize,
+)
+from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -78,18 +112,28 @@ def build_model(
 
 
 def check_output_dir(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
-    """Refuse, before any data or model is read, an ``--output_dir`` that cannot be written or that is one of the
-    run's inputs (the trainer would write its config.json and weights over the base model's)."""
+    """The output guard for ``--output_dir``, before any data or model is read: not one of the inputs nor a folder
+    holding one, writable, and absent, empty, ours (:data:`~llava.outputs.MARKER`) or holding only ``checkpoint-*``
+    folders (see :func:`mark_output_dir`).
+
+    Raises:
+        UserError: One sentence naming the flag, the folder and the fix.
+    """
     output_dir = training_args.output_dir
     inputs = {
         "--model_name_or_path": model_args.model_name_or_path, "--vision_tower": model_args.vision_tower,
-        "--pretrain_mm_mlp_adapter": model_args.pretrain_mm_mlp_adapter, "--data_path": data_args.data_path,
-        "--image_folder": data_args.image_folder,
+        "--pretrain_mm_mlp_adapter": model_args.pretrain_mm_mlp_adapter, "--image_folder": data_args.image_folder,
+        "--video_folder": data_args.video_folder,
+        **{f"--data_path ({path})": path for path in source_files(data_args.data_path)},
     }
-    for flag, path in inputs.items():
-        if path and os.path.exists(os.path.expanduser(path)) and same_file(path, output_dir):
-            raise UserError(f"--output_dir {output_dir!r} is the same folder as {flag}; the run would write over it, so pass another --output_dir")
-    check_writable_folder(output_dir, "--output_dir")
+    check_outputs({flag: path for flag, path in inputs.items() if path and os.path.exists(path)}, {"--output_dir": output_dir})
+    check_output_folder(output_dir, "--output_dir", allow=("checkpoint-*",))
+
+
+def mark_output_dir(training_args: TrainingArguments) -> None:
+    """Mark ``--output_dir`` as ours (the main process, once the data is checked), so a rerun may write there again."""
+    if training_args.should_save and not is_ours(training_args.output_dir):
+        write_text(Path(training_args.output_dir) / MARKER, "written by llava.train.train; a rerun of it may write here again\n")
 
 
 def train(attn_implementation: str | None = None, argv: Sequence[str] | None = None) -> Trainer:
@@ -97,7 +141,8 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
 
     Args:
         attn_implementation: transformers attention backend for the LLM (``"flash_attention_2"``,
-            ``"sdpa"``, ``"eager"``); ``None`` keeps transformers' default.
+            ``"sdpa"``, ``"eager"``) when ``--attn_implementation`` is not given (the flag wins, as in
+            LLaVA-NeXT); ``None`` keeps transformers' default.
         argv: The arguments, as on the command line.
 
     Returns:
@@ -106,6 +151,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     setup_logging()
     model_args, data_args, training_args = parse_arguments(argv)
     check_output_dir(model_args, data_args, training_args)
+    attn_implementation = training_args.attn_implementation or attn_implementation
     if model_args.vision_tower:
         flags = {**vars(model_args), "image_aspect_ratio": data_args.image_aspect_ratio}
         check_patch_merge(SimpleNamespace(**flags), "the flags")
@@ -113,7 +159,7 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     video = VideoSettings.from_args(data_args)  # LLaVA-NeXT's video flags, where the arguments have them
     records, _ = load_training_records(
         data_args.data_path, data_args.image_folder, multimodal=model_args.vision_tower is not None, conv=conv,
-        skip_bad=data_args.skip_bad_samples, video_folder=video.video_folder,
+        skip_bad=data_args.skip_bad_samples, video_folder=video.video_folder, seed=data_seed(training_args),
     )
     total_steps = planned_optimizer_steps(len(records), training_args)
     model_args, defaulted = resolve_run_defaults(model_args, total_steps)
@@ -121,7 +167,8 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     check_model_path(model_args.model_name_or_path, "--model_name_or_path")
     if model_args.vision_tower:
         check_model_path(model_args.vision_tower, "--vision_tower")
-    settings = run_settings(model_args, data_args, training_args)
+    mark_output_dir(training_args)
+    settings = run_settings(model_args, data_args, training_args, data_sources=source_files(data_args.data_path))
     resume_from = resume_point(
         training_args.output_dir, training_args.resume_from_checkpoint, settings,
         overwrite=training_args.overwrite_output_dir, deepspeed=bool(training_args.deepspeed),
@@ -135,21 +182,21 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     logger.info("training %s for %d optimizer steps; callbacks: %s", model_args.model_name_or_path, total_steps,
                 ", ".join(type(callback).__name__ for callback in callbacks) or "none")
 
-    dataset = LazySupervisedDataset(
-        records, tokenizer, conv, image_folder=data_args.image_folder, image_processor=image_processor,
-        image_aspect_ratio=data_args.image_aspect_ratio,
-        image_grid_pinpoints=getattr(llava_config(model), "image_grid_pinpoints", None),
-        mm_use_im_start_end=model_args.mm_use_im_start_end,
-        skip_bad_images=data_args.skip_bad_samples,
-        video=video,
-        questions=text_need(model) == "question",
-    )
-    save_mode = "lora" if training_args.lora_enable else "projector" if model_args.tune_mm_mlp_adapter else "full"
+    # What upstream's train() sets on data_args before building the data module (and whether the compressor
+    # reads each sample's question).
+    data_view = SimpleNamespace(**{
+        **vars(data_args), "image_processor": image_processor, "mm_use_im_start_end": model_args.mm_use_im_start_end,
+        "image_grid_pinpoints": getattr(llava_config(model), "image_grid_pinpoints", None),
+        "questions": text_need(model) == "question",
+    })
+    data_module = make_supervised_data_module(tokenizer, data_view, conv=conv, records=records)
+    dataset = data_module["train_dataset"]
+    save_mode = "lora" if training_args.lora_enable else "projector" if projector_only(model_args) else "full"
     trainer = LLaVATrainer(
         model=model,
         args=training_args,
         train_dataset=dataset,
-        data_collator=DataCollatorForSupervisedDataset(tokenizer.pad_token_id, tokenizer.model_max_length),
+        data_collator=data_module["data_collator"],
         processing_class=tokenizer,
         callbacks=callbacks,
         save_mode=save_mode,
@@ -171,6 +218,33 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
 
 def main(argv: Sequence[str] | None = None) -> Trainer:
     return train(argv=argv)
+
+
+__all__ = [
+    "DataArguments",
+    "DataCollatorForSupervisedDataset",
+    "LLaVATrainer",
+    "LazySupervisedDataset",
+    "LengthGroupedSampler",
+    "ModelArguments",
+    "TrainingArguments",
+    "build_model",
+    "check_output_dir",
+    "find_all_linear_names",
+    "get_mm_adapter_state_maybe_zero_3",
+    "get_peft_state_maybe_zero_3",
+    "get_peft_state_non_lora_maybe_zero_3",
+    "main",
+    "make_supervised_data_module",
+    "mark_output_dir",
+    "maybe_zero_3",
+    "preprocess",
+    "preprocess_multimodal",
+    "rank0_print",
+    "safe_save_model_for_hf_trainer",
+    "smart_tokenizer_and_embedding_resize",
+    "train",
+]
 
 
 if __name__ == "__main__":

@@ -1,10 +1,17 @@
 """``train.py`` with the fastest attention available: flash-attention-2 when ``flash_attn`` is installed,
-PyTorch SDPA otherwise (one notice says which). Upstream's scripts launch this file::
+PyTorch SDPA otherwise (one notice says which); ``--attn_implementation`` (LLaVA-NeXT's flag) chooses instead.
+Upstream's and NeXT's scripts launch this file::
 
     deepspeed llava/train/train_mem.py --deepspeed ./scripts/zero2.json ...
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (python llava/train/train_mem.py): import llava from this checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import importlib.util
 import logging
@@ -12,6 +19,7 @@ from collections.abc import Sequence
 
 from transformers import Trainer
 
+from llava.train.arguments import flag_given
 from llava.train.train import train
 from llava.utils import cli_main, setup_logging
 
@@ -26,7 +34,9 @@ def attention_implementation() -> str:
 def main(argv: Sequence[str] | None = None) -> Trainer:
     implementation = attention_implementation()
     setup_logging()
-    if implementation == "sdpa":
+    if flag_given(sys.argv[1:] if argv is None else argv, "attn_implementation"):
+        pass  # the flag wins (train() applies it)
+    elif implementation == "sdpa":
         logger.warning("flash-attn is not installed; training with PyTorch SDPA attention instead of flash_attention_2")
     else:
         logger.info("training with flash_attention_2")

@@ -11,7 +11,7 @@
 #   BUDGET       Braco tokens per view (the paper's: 16, or 4 for Qwen2.5-3B AnyRes)
 #   MAX_LENGTH   --model_max_length
 # Usage of a recipe: bash scripts/next/<recipe>.sh vanilla|braco [extra train flags, appended to both stages]
-# Env: CHECKPOINTS (./checkpoints), SEED (0), GRAD_ACCUM_STEPS (1; 2 on 4 GPUs), STAGES ("1 2"), DRY_RUN=1 (print
+# Env: CHECKPOINTS (./checkpoints), SEED (0), GRAD_ACCUM_STEPS (1; 2 on 4 GPUs), STAGES ("1 2"), LAUNCHER (deepspeed), DRY_RUN=1 (print
 # the resolved commands, one per line after a '#' summary line, without running them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -28,6 +28,7 @@ esac
 shift
 
 SEED=${SEED:-0}
+LAUNCHER=${LAUNCHER:-deepspeed}
 GRAD_ACCUM_STEPS=${GRAD_ACCUM_STEPS:-1}
 CHECKPOINTS=${CHECKPOINTS:-./checkpoints}
 STAGES=${STAGES:-"1 2"}
@@ -88,7 +89,7 @@ if [[ -n "${DRY_RUN:-}" ]]; then echo "$summary"; else echo "$summary" >&2; fi
 for stage in $STAGES; do
     case "$stage" in
         1)  # projector only, on LLaVA-Pretrain; 8 GPUs x 32 = global batch 256
-            launch deepspeed llava/train/train_mem.py \
+            launch "$LAUNCHER" llava/train/train_mem.py \
                 --deepspeed ./scripts/zero2.json \
                 --version plain \
                 --data_path ./playground/data/LLaVA-Pretrain/blip_laion_cc_sbu_558k.json \
@@ -101,7 +102,7 @@ for stage in $STAGES; do
                 --learning_rate 1e-3 \
                 "$@" ;;
         2)  # LLM + projector from the stage-1 projector, on the 665k mixture; 8 GPUs x 16 = global batch 128
-            launch deepspeed llava/train/train_mem.py \
+            launch "$LAUNCHER" llava/train/train_mem.py \
                 --deepspeed ./scripts/zero3.json \
                 --version "$CONV" \
                 --data_path ./playground/data/llava_v1_5_mix665k.json \

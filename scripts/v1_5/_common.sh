@@ -1,9 +1,12 @@
 # Shared by the v1_5 training scripts (sourced, not run): repository root, the flags every LLaVA-1.5 training
-# command passes, and `launch`, which runs a command or, with DRY_RUN=1, prints it.
+# command passes, `launch`, which runs a command or, with DRY_RUN=1, prints it, and `resolve_budget`.
+# Environment: LAUNCHER (deepspeed), PYTHON (python: the interpreter that has this project installed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 VISION_TOWER=${VISION_TOWER:-openai/clip-vit-large-patch14-336}
+LAUNCHER=${LAUNCHER:-deepspeed}
+PYTHON=${PYTHON:-python}
 
 # Flags of upstream's v1.5 scripts that do not change between stages.
 COMMON_FLAGS=(
@@ -26,6 +29,18 @@ COMMON_FLAGS=(
     --dataloader_num_workers 4
     --lazy_preprocess True
 )
+
+# resolve_budget BUDGET: NAME PROJECTOR BUDGET_TOKENS CUTOFF RESIDUAL COORDINATES from braco_patch.budget, the one
+# parser of Braco budgets and names (4, 9, 16, 25, any K, k<K>, c<C>s<S>[_coef|_idct|_randrot]); exits 2 on a bad one.
+resolve_budget() {
+    if ! command -v "$PYTHON" >/dev/null; then
+        echo "$0: no Python interpreter '$PYTHON'; set PYTHON to the python of the environment where this project is installed" >&2
+        exit 2
+    fi
+    local info
+    info=$("$PYTHON" -m braco_patch.budget "$1") || exit 2
+    read -r NAME PROJECTOR BUDGET_TOKENS CUTOFF RESIDUAL COORDINATES <<< "$info"
+}
 
 launch() {
     if [[ -n "${DRY_RUN:-}" ]]; then

@@ -3,7 +3,7 @@
 # 8 GPUs x 16 = global batch 128. Extra flags are appended (later flags win).
 source "$(dirname "$0")/_common.sh"
 
-launch deepspeed llava/train/train_mem.py \
+launch "$LAUNCHER" llava/train/train_mem.py \
     --deepspeed ./scripts/zero3.json \
     --model_name_or_path lmsys/vicuna-13b-v1.5 \
     --version v1 \

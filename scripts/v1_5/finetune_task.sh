@@ -4,7 +4,7 @@
 # schedule restarts for this run (cosine 1.2 -> 0.8 over the run).
 source "$(dirname "$0")/_common.sh"
 
-launch deepspeed llava/train/train_mem.py \
+launch "$LAUNCHER" llava/train/train_mem.py \
     --deepspeed ./scripts/zero3.json \
     --model_name_or_path liuhaotian/llava-v1.5-13b \
     --version v1 \

@@ -3,7 +3,7 @@
 # Load the result with model_base = the checkpoint you started from.
 source "$(dirname "$0")/_common.sh"
 
-launch deepspeed llava/train/train_mem.py \
+launch "$LAUNCHER" llava/train/train_mem.py \
     --lora_enable True --lora_r 128 --lora_alpha 256 --mm_projector_lr 2e-5 \
     --deepspeed ./scripts/zero3.json \
     --model_name_or_path liuhaotian/llava-v1.5-13b \

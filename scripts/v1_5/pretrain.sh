@@ -4,7 +4,7 @@
 #   bash scripts/v1_5/pretrain.sh --mm_projector_type braco_k16
 source "$(dirname "$0")/_common.sh"
 
-launch deepspeed llava/train/train_mem.py \
+launch "$LAUNCHER" llava/train/train_mem.py \
     --deepspeed ./scripts/zero2.json \
     --model_name_or_path lmsys/vicuna-13b-v1.5 \
     --version plain \

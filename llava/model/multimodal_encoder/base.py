@@ -255,9 +255,12 @@ class BaseVisionTower(nn.Module):
     def _hidden_states(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
         model = self._loaded_model()
         pixels = images.to(device=self.device, dtype=self.dtype)
-        return tuple(model(pixels, output_hidden_states=True).hidden_states)
+        # Autograd runs only through a tower whose weights train (LLaVA-NeXT's mm_vision_tower); a frozen tower
+        # runs without it, as under upstream's no_grad.
+        trains = any(param.requires_grad for param in model.parameters())
+        with torch.set_grad_enabled(torch.is_grad_enabled() and trains):
+            return tuple(model(pixels, output_hidden_states=True).hidden_states)
 
-    @torch.no_grad()
     def forward(self, images: torch.Tensor | list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
         """Encode images; features come back in the input dtype.
 
@@ -273,7 +276,6 @@ class BaseVisionTower(nn.Module):
             return [self.feature_select(self._hidden_states(image.unsqueeze(0))).to(image.dtype) for image in images]
         return self.feature_select(self._hidden_states(images)).to(images.dtype)
 
-    @torch.no_grad()
     def encode(
         self, images: torch.Tensor, *, layers: Sequence[int] = (), attention_layer: int | None = None
     ) -> TowerOutputs:

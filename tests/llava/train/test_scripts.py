@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,14 @@ SCRIPTS = REPO / "scripts" / "v1_5"
 GPU_ONLY = {"--deepspeed", "--bf16", "--tf32"}
 
 
+def script_env(**extra: str) -> dict[str, str]:
+    """This interpreter as the scripts' PYTHON (the Braco scripts parse budgets with it), MODEL/SEED unset."""
+    env = {key: value for key, value in os.environ.items() if key not in ("MODEL", "SEED", "VISION_TOWER", "LAUNCHER")}
+    return {**env, "PYTHON": sys.executable, **extra}
+
+
 def dry_run(script: Path, *args: str) -> list[str]:
-    result = subprocess.run(["bash", str(script), *args], env={**os.environ, "DRY_RUN": "1"}, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(["bash", str(script), *args], env=script_env(DRY_RUN="1"), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return shlex.split(result.stdout)
 
@@ -77,8 +83,25 @@ def test_extra_flags_are_appended():
     assert model_args.mm_fourier_temp_steps == 4677
 
 
-@pytest.mark.parametrize("args", [(), ("x1",), ("0",)])
-def test_bad_budget_is_refused(args):
-    result = subprocess.run(["bash", str(SCRIPTS / "braco" / "pretrain.sh"), *args], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2
-    assert ("unknown budget" in result.stderr) or ("usage:" in result.stderr)
+@pytest.mark.parametrize("script", ["pretrain.sh", "finetune.sh"])
+def test_braco_scripts_take_the_seed_as_second_argument(script):
+    # the official launcher's BUDGET SEED (before this, "9 0" appended a stray "0" and the parser stopped)
+    command = dry_run(SCRIPTS / "braco" / script, "9", "7", "--logging_steps", "5")
+    model_args, _, training_args = parse_command(command)
+    assert model_args.mm_projector_type == "braco_k9"
+    assert (training_args.seed, training_args.data_seed, training_args.logging_steps) == (7, 7, 5)
+    default = parse_command(dry_run(SCRIPTS / "braco" / script, "9"))[2]
+    assert (default.seed, default.data_seed) == (0, 0)
+
+
+@pytest.mark.parametrize("args, message", [((), "usage:"), (("x1",), "unknown budget 'x1'"), (("0",), "unknown budget '0'")])
+def test_bad_budget_is_refused(args, message):
+    result = subprocess.run(["bash", str(SCRIPTS / "braco" / "pretrain.sh"), *args], env=script_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_a_missing_interpreter_is_one_sentence():
+    result = subprocess.run(["bash", str(SCRIPTS / "braco" / "pretrain.sh"), "16"], env=script_env(PYTHON="no-such-python"),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "no Python interpreter 'no-such-python'; set PYTHON" in result.stderr

@@ -56,7 +56,7 @@ def test_read_only_output_dir_is_one_sentence_before_the_model_loads(tmp_path, t
 def test_output_dir_that_is_an_input_folder_is_refused(tmp_path, tiny_base_llm, tiny_tower_dir, train_data, no_model, flag):
     argv = stage1_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", tmp_path / "out")
     argv = _with(argv, output_dir=argv[argv.index(flag) + 1] + "/.")
-    with pytest.raises(UserError, match=rf"--output_dir .* is the same folder as {flag}; the run would write over it"):
+    with pytest.raises(UserError, match=rf"--output_dir .* is the same folder as {flag} .*; writing it would destroy the input"):
         train(argv=argv)
 
 
