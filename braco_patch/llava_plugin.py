@@ -16,8 +16,8 @@ edits. It declares:
 - its cost model: the coder's FLOPs per paper step (:mod:`braco_patch.cost.coder_flops`) and ``braco_k{K}`` per budget.
 
 Each type builds ``Sequential(coder, Linear(mm_hidden, hidden), GELU, Linear(hidden, hidden))`` (indices 0–3,
-the official checkpoint layout) and writes the resolved keys back into the model config, so ``config.json``
-rebuilds the same module with no flags.
+the official checkpoint layout) and returns the resolved keys for the model config, so ``config.json`` rebuilds the
+same module with no flags.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ import torch.nn as nn
 
 from llava.cost.module import CostModel
 from llava.model.multimodal_projector.builder import mlp_projector
-from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
+from llava.model.multimodal_projector.plugins import (
+    BuildContext, BuiltProjector, CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin,
+)
 
 from .coder import BracoCoder
+from .paper_scores import REFERENCE_SCORES
 from .config import (
     MM_KEYS,
     OFFICIAL_BUILDER_DEFAULTS,
@@ -109,9 +112,14 @@ def _settings() -> tuple[Setting, ...]:
     return tuple(out)
 
 
+SETTINGS = _settings()
+
+
 def _stored_keys(config: Any) -> dict[str, Any]:
+    """The Braco keys set in ``config``, each parsed by its declared setting (``"no"`` is ``False``)."""
+    settings = {setting.key: setting for setting in SETTINGS}
     keys = tuple(MM_KEYS) + tuple(_OFFICIAL_SWITCHES)
-    return {key: getattr(config, key) for key in keys if getattr(config, key, None) is not None}
+    return {key: settings[key].parse(getattr(config, key)) for key in keys if getattr(config, key, None) is not None}
 
 
 def braco_config_from_model_config(config: Any, projector_type: str, **overrides: Any) -> BracoConfig:
@@ -134,21 +142,21 @@ def braco_config_from_model_config(config: Any, projector_type: str, **overrides
     return BracoConfig(**{**stored, **preset, **overrides})
 
 
-def build_braco_projector(config: Any, projector_type: str, mlp_depth: int = 2) -> nn.Sequential:
-    """``Sequential(coder, Linear, GELU, Linear, ...)`` for a LLaVA model config; records its keys in it."""
+def build_braco_projector(config: Any, projector_type: str, mm_hidden: int, hidden: int, mlp_depth: int = 2) -> BuiltProjector:
+    """``Sequential(coder, Linear, GELU, Linear, ...)`` for a LLaVA model config, and the keys that rebuild it."""
     braco = braco_config_from_model_config(config, projector_type)
-    for key, value in to_mm_keys(braco).items():
-        setattr(config, key, value)
-    coder = BracoCoder.from_config(int(config.mm_hidden_size), braco)
-    return nn.Sequential(coder, *mlp_projector(int(config.mm_hidden_size), int(config.hidden_size), mlp_depth))
+    coder = BracoCoder.from_config(mm_hidden, braco)
+    module = nn.Sequential(coder, *mlp_projector(mm_hidden, hidden, mlp_depth))
+    return BuiltProjector(module, config_keys=to_mm_keys(braco))
 
 
-def _braco(config: Any, match: Any) -> nn.Module:
-    return build_braco_projector(config, match.group(0))
+def _braco(context: BuildContext) -> BuiltProjector:
+    return build_braco_projector(context.config, context.projector_type, context.mm_hidden, context.hidden)
 
 
-def _official(config: Any, match: Any) -> nn.Module:
-    return build_braco_projector(config, match.group(0), mlp_depth=int(match.group(1)))
+def _official(context: BuildContext) -> BuiltProjector:
+    depth = int(context.match.group(1))
+    return build_braco_projector(context.config, context.projector_type, context.mm_hidden, context.hidden, mlp_depth=depth)
 
 
 def _run_defaults(run: RunInfo) -> dict[str, Any]:
@@ -183,10 +191,12 @@ PLUGIN = register_plugin(
     CompressorPlugin(
         name="braco",
         projectors=(
-            ProjectorType(PROJECTOR_PATTERN, _braco, "Braco: C x C DCT backbone + S residual tokens (or a budget K), then mlp2x_gelu"),
-            ProjectorType(OFFICIAL_PATTERN, _official, "official Braco type, configured by mm_fourier_* keys"),
+            ProjectorType(PROJECTOR_PATTERN, _braco, "Braco: C x C DCT backbone + S residual tokens (or a budget K), then mlp2x_gelu",
+                          examples=("braco_c2s5", "braco_k4", "braco_c3s7_coef", "braco_c4s9_idct", "braco_c2s5_randrot")),
+            ProjectorType(OFFICIAL_PATTERN, _official, "official Braco type, configured by mm_fourier_* keys",
+                          examples=("fourier_mlp2x_gelu",), example_settings={"mm_fourier_C": 2, "mm_fourier_spatial_keep": 3}),
         ),
-        settings=_settings(),
+        settings=SETTINGS,
         key_prefixes=("mm_fourier_", "mm_braco_"),
         run_defaults=_run_defaults,
         callbacks=_callbacks,
@@ -194,5 +204,8 @@ PLUGIN = register_plugin(
         boundary="pre",
         view=_view,
         cost=CostModel(module_flops=_module_flops, types_at_budget=_types_at_budget),
+        showcase=(f"{PROJECTOR_PREFIX}c2s5",),
+        video_showcase=(f"{PROJECTOR_PREFIX}k16",),
+        reference_scores=REFERENCE_SCORES,
     )
 )

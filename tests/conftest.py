@@ -91,7 +91,7 @@ def tiny_tower_dir(tiny_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_llava_checkpoint(tiny_root: Path, tiny_tower_dir: Path, tiny_tokenizer_dir: Path) -> CheckpointFactory:
-    """``factory(projector_type="mlp2x_gelu", model_type="llava_llama", extra_config=None) -> checkpoint dir``.
+    """``factory(projector_type="mlp2x_gelu", model_type="llava_llama", extra_config=None, hidden=64) -> checkpoint dir``.
 
     Each distinct argument set is built once per session; the directory name starts with ``llava-`` so the
     loader's name rules pick the full-checkpoint path.
@@ -101,14 +101,15 @@ def tiny_llava_checkpoint(tiny_root: Path, tiny_tower_dir: Path, tiny_tokenizer_
     built: dict[str, Path] = {}
 
     def factory(
-        projector_type: str = "mlp2x_gelu", model_type: str = "llava_llama", extra_config: Mapping[str, Any] | None = None
+        projector_type: str = "mlp2x_gelu", model_type: str = "llava_llama", extra_config: Mapping[str, Any] | None = None,
+        hidden: int = 64,
     ) -> Path:
-        key = json.dumps([projector_type, model_type, dict(extra_config or {})], sort_keys=True)
+        key = json.dumps([projector_type, model_type, dict(extra_config or {}), hidden], sort_keys=True)
         if key not in built:
             name = f"llava-tiny-{projector_type}-{model_type}-{len(built)}"
             built[key] = build_tiny_llava_checkpoint(
                 tiny_root / name, tiny_tower_dir, tiny_tokenizer_dir, projector_type=projector_type,
-                model_type=model_type, extra_config=extra_config,
+                model_type=model_type, extra_config=extra_config, hidden=hidden,
             )
         return built[key]
 

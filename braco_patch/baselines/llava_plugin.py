@@ -20,15 +20,14 @@ The parameter-free methods (PruMerge, DivPrune, Fourier-VLM) keep exactly ``mlp2
 ``mlp2x_gelu`` checkpoint (stage-1 ``mm_projector.bin`` or a full stage-2 checkpoint) loads under their
 projector types unchanged: that is how they run training-free.
 
-Budgets are checked when the projector is built, from the config and the tower's config (its grid and depth):
-an impossible budget is one ``ValueError`` sentence naming the reason and the accepted budgets.
+Budgets are checked when the projector is built, from the build context (the tower's grid and depth): an
+impossible budget is one ``ValueError`` sentence naming the reason and the accepted budgets. Factories return the
+settings they resolved as config keys, and QueCC/TokenPacker return the tower layers they read as their needs.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import re
 from typing import Any
 
@@ -37,7 +36,9 @@ import torch.nn as nn
 
 from llava.cost.module import CostModel
 from llava.model.multimodal_projector.builder import mlp_projector, resolve_projector
-from llava.model.multimodal_projector.plugins import CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin
+from llava.model.multimodal_projector.plugins import (
+    BuildContext, BuiltProjector, CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin,
+)
 
 from ._common import multi_level_layers, region_scale
 from .divprune import DivPrune
@@ -53,52 +54,18 @@ __all__ = [
     "MQTProjector",
     "TokenPackerProjector",
     "parse_layers",
-    "tower_geometry",
 ]
 
 
 # ---------------------------------------------------------------------------------------------- the tower
 
 
-@functools.lru_cache(maxsize=32)
-def _tower_config(name: str) -> Any:
-    from llava.model.multimodal_encoder.builder import tower_model_type
-    from llava.model.multimodal_encoder.registry import resolve_vision_tower
-
-    return resolve_vision_tower(tower_model_type(name), source=name).config_class.from_pretrained(name)
-
-
-def tower_geometry(config: Any, projector_type: str) -> tuple[int, tuple[int, int]]:
-    """``(encoder layers L, (rows, cols) patch grid)`` of the tower that ``config.mm_vision_tower`` names.
-
-    Raises:
-        ValueError: When the config names no tower (a budget that depends on the grid cannot be checked).
-    """
-    name = getattr(config, "mm_vision_tower", None) or getattr(config, "vision_tower", None)
-    if not name:
-        raise ValueError(
-            f"mm_projector_type {projector_type!r} depends on the vision tower's grid, but the config names no "
-            "mm_vision_tower; set it to the tower's directory or hub name"
-        )
-    tower = _tower_config(os.fspath(name))
-    (height, width), (ph, pw) = _pair(tower.image_size), _pair(tower.patch_size)
-    return int(tower.num_hidden_layers), (height // ph, width // pw)
-
-
-def _pair(value: Any) -> tuple[int, int]:
-    """``(rows, cols)`` from an int or a 2-sequence (tower configs allow either)."""
-    if isinstance(value, (list, tuple)):
-        return int(value[0]), int(value[1])
-    return int(value), int(value)
-
-
-def _check_patch_features(config: Any, projector_type: str) -> None:
+def _check_patch_features(context: BuildContext) -> None:
     """Methods that work on the patch grid refuse ``mm_vision_select_feature cls_patch``."""
-    feature = getattr(config, "mm_vision_select_feature", None) or "patch"
-    if feature != "patch":
+    if context.select_feature != "patch":
         raise ValueError(
-            f"mm_projector_type {projector_type!r} compresses the patch grid, so mm_vision_select_feature must be "
-            f"'patch', got {feature!r}"
+            f"mm_projector_type {context.projector_type!r} compresses the patch grid, so mm_vision_select_feature must be "
+            f"'patch', got {context.select_feature!r}"
         )
 
 
@@ -110,24 +77,27 @@ def parse_layers(value: Any, key: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
-def _resolved_layers(config: Any, key: str, num_layers: int) -> tuple[int, ...]:
-    """The multi-level layers: the config key when set, else the releases' rule for this depth (written back)."""
-    stored = getattr(config, key, None)
-    layers = parse_layers(stored, key) if stored is not None else multi_level_layers(num_layers)
-    for index in layers:
-        if not -(num_layers + 1) <= index <= num_layers:
-            raise ValueError(f"{key} index {index} is out of range for a {num_layers}-layer tower; expected {-(num_layers + 1)}..{num_layers}")
-    setattr(config, key, ",".join(map(str, layers)))
-    return layers
+class _Resolved:
+    """The settings a factory reads, each its config value or its default; :attr:`keys` are returned to be saved,
+    so ``config.json`` rebuilds the same module."""
 
+    def __init__(self, context: BuildContext) -> None:
+        self.context = context
+        self.keys: dict[str, Any] = {}
 
-def _resolve(config: Any, key: str, default: Any) -> Any:
-    """The config's value of ``key``, or ``default`` (written back so ``config.json`` rebuilds the same module)."""
-    value = getattr(config, key, None)
-    if value is None:
-        value = default
-        setattr(config, key, value)
-    return value
+    def get(self, key: str, default: Any) -> Any:
+        self.keys[key] = self.context.setting(key, default)
+        return self.keys[key]
+
+    def layers(self, key: str, num_layers: int) -> tuple[int, ...]:
+        """The multi-level layers: the config key when set, else the releases' rule for this depth."""
+        stored = self.context.setting(key)
+        layers = parse_layers(stored, key) if stored is not None else multi_level_layers(num_layers)
+        for index in layers:
+            if not -(num_layers + 1) <= index <= num_layers:
+                raise ValueError(f"{key} index {index} is out of range for a {num_layers}-layer tower; expected {-(num_layers + 1)}..{num_layers}")
+        self.keys[key] = ",".join(map(str, layers))
+        return layers
 
 
 # ---------------------------------------------------------------------------------------------- layouts
@@ -264,21 +234,21 @@ def _check_selection_budget(budget: int, grid: tuple[int, int], projector_type: 
 # ---------------------------------------------------------------------------------------------- factories
 
 
-def _prumerge(config: Any, match: re.Match[str]) -> nn.Module:
-    name = match.group(0)
-    _check_patch_features(config, name)
-    budget = _budget(match)
-    plus = "_plus" in name
-    neighbours = int(_resolve(config, "mm_prumerge_neighbours", 32))
-    extra = bool(_resolve(config, "mm_prumerge_extra_token", True))
+def _prumerge(context: BuildContext) -> BuiltProjector:
+    name = context.projector_type
+    _check_patch_features(context)
+    budget = _budget(context.match)
+    settings = _Resolved(context)
+    neighbours = int(settings.get("mm_prumerge_neighbours", 32))
+    extra = bool(settings.get("mm_prumerge_extra_token", True))
     if budget is not None:
         if budget - int(extra) < 1:
             raise ValueError(f"mm_projector_type {name!r} keeps {budget} token(s), but PruMerge with its extra token needs at least 2")
-        if getattr(config, "mm_vision_tower", None):  # without a tower (a bare config) the forward pass checks K
-            _, grid = tower_geometry(config, name)
+        if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
+            grid = context.tower.grid
             _check_selection_budget(budget, grid, name, grid[0] * grid[1] + int(extra))
-    module = PruMerge(int(config.mm_hidden_size), budget, plus=plus, neighbours=neighbours, extra_token=extra)
-    return CompressThenProject(module, int(config.mm_hidden_size), int(config.hidden_size), method="attention")
+    module = PruMerge(context.mm_hidden, budget, plus="_plus" in name, neighbours=neighbours, extra_token=extra)
+    return BuiltProjector(CompressThenProject(module, context.mm_hidden, context.hidden, method="attention"), settings.keys)
 
 
 def _prumerge_is_adaptive(config: Any) -> bool:
@@ -287,92 +257,82 @@ def _prumerge_is_adaptive(config: Any) -> bool:
     return _budget(match) is None
 
 
-def _divprune(config: Any, match: re.Match[str]) -> nn.Module:
-    name, budget = match.group(0), _budget(match)
-    if getattr(config, "mm_vision_tower", None):
-        _, grid = tower_geometry(config, name)
-        _check_selection_budget(budget, grid, name, grid[0] * grid[1])
-    return nn.Sequential(*mlp_projector(int(config.mm_hidden_size), int(config.hidden_size), 2), DivPrune(budget))
+def _divprune(context: BuildContext) -> BuiltProjector:
+    budget = _budget(context.match)
+    if context.tower is not None:
+        grid = context.tower.grid
+        _check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1])
+    return BuiltProjector(nn.Sequential(*mlp_projector(context.mm_hidden, context.hidden, 2), DivPrune(budget)))
 
 
-def _mqt(config: Any, match: re.Match[str]) -> nn.Module:
-    name = match.group(0)
-    _check_patch_features(config, name)
+def _mqt(context: BuildContext) -> BuiltProjector:
+    name = context.projector_type
+    _check_patch_features(context)
     by_queries = name.startswith("mqt_q")
-    count = _budget(match)
-    queries = int(_resolve(config, "mm_mqt_num_queries", count if by_queries else 256))
+    count = _budget(context.match)
+    settings = _Resolved(context)
+    queries = int(settings.get("mm_mqt_num_queries", count if by_queries else 256))
     if by_queries and queries != count:
         raise ValueError(f"config.json says mm_mqt_num_queries={queries} but mm_projector_type {name!r} means {count} queries; fix one of them")
-    tokens = getattr(config, "mm_mqt_num_tokens", None)
+    tokens = context.setting("mm_mqt_num_tokens")
     tokens = int(tokens) if tokens is not None else (queries if by_queries else count)
     if tokens > queries:
         raise ValueError(f"mm_projector_type {name!r} asks for {tokens} tokens but has {queries} queries; accepted: 1..{queries} (or raise mm_mqt_num_queries)")
-    heads = int(_resolve(config, "mm_mqt_heads", 16))
-    keys = str(_resolve(config, "mm_mqt_keys", "position"))
-    nested = bool(_resolve(config, "mm_mqt_nested", True))
-    return MQTProjector(int(config.mm_hidden_size), int(config.hidden_size), queries, num_tokens=tokens, heads=heads, keys=keys, nested=nested)
+    heads = int(settings.get("mm_mqt_heads", 16))
+    keys = str(settings.get("mm_mqt_keys", "position"))
+    nested = bool(settings.get("mm_mqt_nested", True))
+    module = MQTProjector(context.mm_hidden, context.hidden, queries, num_tokens=tokens, heads=heads, keys=keys, nested=nested)
+    return BuiltProjector(module, settings.keys)
 
 
-def _regional(config: Any, name: str, budget: int, method: str) -> tuple[int, tuple[int, ...]]:
+def _regional(context: BuildContext, budget: int, method: str, settings: _Resolved) -> tuple[int, tuple[int, ...]]:
     """Grid side and multi-level layers of QueCC/TokenPacker, the budget checked against the grid."""
-    _check_patch_features(config, name)
-    num_layers, (rows, cols) = tower_geometry(config, name)
+    name = context.projector_type
+    _check_patch_features(context)
+    tower = context.require_tower("splits the tower's grid into regions")
+    rows, cols = tower.grid
     if rows != cols:
         raise ValueError(f"mm_projector_type {name!r} splits a square grid into regions, but the tower gives {rows}x{cols}; use a tower with a square grid")
     region_scale(budget, rows, method)
-    return rows, _resolved_layers(config, f"mm_{method.lower()}_layers", num_layers)
+    return rows, settings.layers(f"mm_{method.lower()}_layers", tower.layers)
 
 
-def _quecc(config: Any, match: re.Match[str]) -> nn.Module:
-    name, budget = match.group(0), _budget(match)
-    side, layers = _regional(config, name, budget, "QueCC")
-    heads = int(_resolve(config, "mm_quecc_heads", 8))
-    dim = int(config.mm_hidden_size)
-    module = QueCCCompressor(dim, budget, side, int(config.hidden_size), level_dim=len(layers) * dim, heads=heads)
-    return CompressThenProject(module, dim, int(config.hidden_size), method="prompt", layers=layers)
+def _quecc(context: BuildContext) -> BuiltProjector:
+    budget, settings = _budget(context.match), _Resolved(context)
+    side, layers = _regional(context, budget, "QueCC", settings)
+    heads = int(settings.get("mm_quecc_heads", 8))
+    dim = context.mm_hidden
+    module = QueCCCompressor(dim, budget, side, context.hidden, level_dim=len(layers) * dim, heads=heads)
+    needs = ModelNeeds(tower_layers=layers, text="question", square_grid=True)
+    return BuiltProjector(CompressThenProject(module, dim, context.hidden, method="prompt", layers=layers), settings.keys, needs)
 
 
-def _tokenpacker(config: Any, match: re.Match[str]) -> nn.Module:
-    name, budget = match.group(0), _budget(match)
-    side, layers = _regional(config, name, budget, "TokenPacker")
-    dim = int(config.mm_hidden_size)
-    heads = int(_resolve(config, "mm_tokenpacker_heads", max(dim // 128, 1)))
-    return TokenPackerProjector(dim, int(config.hidden_size), budget, side, level_dim=len(layers) * dim, heads=heads, layers=layers)
+def _tokenpacker(context: BuildContext) -> BuiltProjector:
+    budget, settings = _budget(context.match), _Resolved(context)
+    side, layers = _regional(context, budget, "TokenPacker", settings)
+    dim = context.mm_hidden
+    heads = int(settings.get("mm_tokenpacker_heads", max(dim // 128, 1)))
+    module = TokenPackerProjector(dim, context.hidden, budget, side, level_dim=len(layers) * dim, heads=heads, layers=layers)
+    return BuiltProjector(module, settings.keys, ModelNeeds(tower_layers=layers, square_grid=True))
 
 
-def _fouriervlm(config: Any, match: re.Match[str]) -> nn.Module:
-    name, budget = match.group(0), _budget(match)
-    _check_patch_features(config, name)
+def _fouriervlm(context: BuildContext) -> BuiltProjector:
+    name, budget = context.projector_type, _budget(context.match)
+    _check_patch_features(context)
     cutoff = math.isqrt(budget)
     if cutoff * cutoff != budget:
         raise ValueError(f"mm_projector_type {name!r}: Fourier-VLM keeps a CxC block of frequencies, so K must be a perfect square (4, 9, 16, 25, ...), got {budget}")
-    if getattr(config, "mm_vision_tower", None):
-        _, grid = tower_geometry(config, name)
+    if context.tower is not None:
+        grid = context.tower.grid
         if cutoff > min(grid):
             accepted = [c * c for c in range(1, min(grid) + 1)]
             raise ValueError(f"mm_projector_type {name!r} needs C={cutoff} but the {grid[0]}x{grid[1]} grid allows at most C={min(grid)}; accepted budgets: {accepted}")
-    rescale = bool(_resolve(config, "mm_fouriervlm_rescale", False))
-    module = FourierVLM(int(config.mm_hidden_size), budget, rescale=rescale)
-    return CompressThenProject(module, int(config.mm_hidden_size), int(config.hidden_size))
+    settings = _Resolved(context)
+    module = FourierVLM(context.mm_hidden, budget, rescale=bool(settings.get("mm_fouriervlm_rescale", False)))
+    return BuiltProjector(CompressThenProject(module, context.mm_hidden, context.hidden), settings.keys)
 
 
 # ---------------------------------------------------------------------------------------------- needs
-
-
-def _layers_of(config: Any, key: str) -> tuple[int, ...]:
-    stored = getattr(config, key, None)
-    if stored is None:  # before the projector is built: resolve the releases' rule from the tower's depth
-        num_layers, _ = tower_geometry(config, str(getattr(config, "mm_projector_type", "")))
-        return multi_level_layers(num_layers)
-    return parse_layers(stored, key)
-
-
-def _quecc_needs(config: Any) -> ModelNeeds:
-    return ModelNeeds(tower_layers=_layers_of(config, "mm_quecc_layers"), text="question", square_grid=True)
-
-
-def _tokenpacker_needs(config: Any) -> ModelNeeds:
-    return ModelNeeds(tower_layers=_layers_of(config, "mm_tokenpacker_layers"), square_grid=True)
 
 
 def _mqt_run_defaults(run: RunInfo) -> dict[str, Any]:
@@ -433,8 +393,10 @@ PLUGINS = (
     register_plugin(CompressorPlugin(
         name="prumerge",
         projectors=(
-            ProjectorType(r"prumerge(?:_k(\d+))?", _prumerge, "PruMerge: CLS-attention top-K (or IQR outliers without _k) merged by key similarity, then mlp2x_gelu"),
-            ProjectorType(r"prumerge_plus(?:_k(\d+))?", _prumerge, "PruMerge+: PruMerge plus spatially uniform samples, then mlp2x_gelu"),
+            ProjectorType(r"prumerge(?:_k(\d+))?", _prumerge, "PruMerge: CLS-attention top-K (or IQR outliers without _k) merged by key similarity, then mlp2x_gelu",
+                          examples=("prumerge_k4", "prumerge")),
+            ProjectorType(r"prumerge_plus(?:_k(\d+))?", _prumerge, "PruMerge+: PruMerge plus spatially uniform samples, then mlp2x_gelu",
+                          examples=("prumerge_plus_k9", "prumerge_plus")),
         ),
         settings=(
             Setting("mm_prumerge_neighbours", int, "k, tokens each kept token absorbs by key similarity", default=32, minimum=1),
@@ -449,18 +411,20 @@ PLUGINS = (
     )),
     register_plugin(CompressorPlugin(
         name="divprune",
-        projectors=(ProjectorType(r"divprune" + _K, _divprune, "DivPrune: mlp2x_gelu, then greedy max-min diversity selection of K tokens"),),
+        projectors=(ProjectorType(r"divprune" + _K, _divprune, "DivPrune: mlp2x_gelu, then greedy max-min diversity selection of K tokens",
+                                 examples=("divprune_k4",)),),
         key_prefixes=("mm_divprune_",),
         needs=ModelNeeds(),
         boundary=DivPrune.boundary,
         view=_view("divprune"),
         cost=_cost_model("divprune", ("divprune_k{k}",)),
+        video_showcase=("divprune_k16",),
     )),
     register_plugin(CompressorPlugin(
         name="mqt",
         projectors=(
-            ProjectorType(r"mqt" + _K, _mqt, "MQT-LLaVA: nested query transformer (256 queries), K tokens at inference"),
-            ProjectorType(r"mqt_q(\d+)", _mqt, "MQT-LLaVA with Q queries; K = mm_mqt_num_tokens (default Q)"),
+            ProjectorType(r"mqt" + _K, _mqt, "MQT-LLaVA: nested query transformer (256 queries), K tokens at inference", examples=("mqt_k4",)),
+            ProjectorType(r"mqt_q(\d+)", _mqt, "MQT-LLaVA with Q queries; K = mm_mqt_num_tokens (default Q)", examples=("mqt_q16",)),
         ),
         settings=(
             Setting("mm_mqt_num_queries", int, "Q, learned queries (the release: 256)", default=256, minimum=1),
@@ -478,33 +442,37 @@ PLUGINS = (
     )),
     register_plugin(CompressorPlugin(
         name="quecc",
-        projectors=(ProjectorType(r"quecc" + _K, _quecc, "QueCC: prompt-conditioned regional queries (K = (G/s)^2), then mlp2x_gelu"),),
+        projectors=(ProjectorType(r"quecc" + _K, _quecc, "QueCC: prompt-conditioned regional queries (K = (G/s)^2), then mlp2x_gelu",
+                                 examples=("quecc_k4",)),),
         settings=(
             Setting("mm_quecc_layers", str, _LAYERS_HELP),
             Setting("mm_quecc_heads", int, "attention heads", default=8, minimum=1),
         ),
         key_prefixes=("mm_quecc_",),
-        needs=_quecc_needs,
+        needs=ModelNeeds(text="question", square_grid=True),  # and the tower layers it resolves (the factory's)
         boundary=QueCC.boundary,
         view=_view("regions"),
         cost=_cost_model("quecc", ("quecc_k{k}",), square=True),
     )),
     register_plugin(CompressorPlugin(
         name="tokenpacker",
-        projectors=(ProjectorType(r"tokenpacker" + _K, _tokenpacker, "TokenPacker: point-to-region queries over multi-level features (K = (G/s)^2), then its MLP"),),
+        projectors=(ProjectorType(r"tokenpacker" + _K, _tokenpacker, "TokenPacker: point-to-region queries over multi-level features (K = (G/s)^2), then its MLP",
+                                 examples=("tokenpacker_k9",)),),
         settings=(
             Setting("mm_tokenpacker_layers", str, _LAYERS_HELP),
             Setting("mm_tokenpacker_heads", int, "attention heads (default: D // 128)", minimum=1),
         ),
         key_prefixes=("mm_tokenpacker_",),
-        needs=_tokenpacker_needs,
+        needs=ModelNeeds(square_grid=True),  # and the tower layers it resolves (the factory's)
         boundary=TokenPacker.boundary,
         view=_view("regions"),
         cost=_cost_model("tokenpacker", ("tokenpacker_k{k}",), square=True),
+        video_showcase=("tokenpacker_k16",),
     )),
     register_plugin(CompressorPlugin(
         name="fouriervlm",
-        projectors=(ProjectorType(r"fouriervlm" + _K, _fouriervlm, "Fourier-VLM: DCT low-pass to a CxC grid (K = C^2), then mlp2x_gelu"),),
+        projectors=(ProjectorType(r"fouriervlm" + _K, _fouriervlm, "Fourier-VLM: DCT low-pass to a CxC grid (K = C^2), then mlp2x_gelu",
+                                 examples=("fouriervlm_k4",)),),
         settings=(Setting("mm_fouriervlm_rescale", bool, "scale by C/sqrt(H*W) so a constant grid keeps its value", default=False),),
         key_prefixes=("mm_fouriervlm_",),
         needs=ModelNeeds(square_grid=True),

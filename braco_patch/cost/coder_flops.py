@@ -49,13 +49,12 @@ def official_compressor_flops(cfg: BracoConfig, dim: int, grid: tuple[int, int],
 
     Step 1: full two-sided DCT ``(D_H X) D_Wᵀ`` of every channel; step 2: polar embedding projected at all
     ``H·W`` lattice positions and gated (once per call: it does not depend on the input), then added to
-    every image before truncation; step 3: ``C x C`` inverse DCT (idct only); step 4: residual tokens.
+    every image before truncation; step 3: ``C x C`` inverse DCT (idct), or the dense ``C² x C²`` rotation of
+    the retained block (``randrot``, the paper's ablation, which the release does not ship); step 4: residual tokens.
     """
     if cfg.embedding not in ("polar", "none"):
         raise ValueError(f"the official computation has embedding 'polar' or 'none', got {cfg.embedding!r}")
     coords = cfg.resolved_coordinates
-    if coords not in ("coef", "idct"):
-        raise ValueError(f"the official computation has coordinates 'coef' or 'idct', got {coords!r}")
     h, w = grid
     c = cfg.cutoff
     length = h * w
@@ -66,9 +65,18 @@ def official_compressor_flops(cfg: BracoConfig, dim: int, grid: tuple[int, int],
     return {
         "step1": {"dct_left": batch * 2 * dim * h * h * w, "dct_right": batch * 2 * dim * h * w * w},
         "step2": step2,
-        "step3": {"idct": batch * 2 * 2 * dim * c**3} if coords == "idct" else {},
+        "step3": _coordinate_step(coords, c, dim, batch),
         "step4": _residual_step(cfg, dim, grid, batch),
     }
+
+
+def _coordinate_step(coords: str, cutoff: int, dim: int, batch: int) -> dict[str, int]:
+    """Step 3 applied to the retained ``C x C`` block: nothing (coef), two size-C products (idct), one dense rotation."""
+    if coords == "idct":
+        return {"idct": batch * 2 * 2 * dim * cutoff**3}
+    if coords == "randrot":
+        return {"rotation": batch * linear_flops(cutoff * cutoff, cutoff * cutoff, dim)}
+    return {}
 
 
 def ours_compressor_flops(

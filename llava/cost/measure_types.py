@@ -21,6 +21,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from llava.model.multimodal_projector.needs import projector_needs
+
 from .flops import elementwise
 from .measure import MeasureOptions, RandomPipeline, measure_call
 from .module import CostSetting, module_cost
@@ -41,7 +43,7 @@ def build_projector(spec: PipelineSpec, projector_type: str) -> tuple[torch.nn.M
         mm_vision_select_layer=spec.select_layer, mm_vision_select_feature="patch",
         num_hidden_layers=spec.lm_dims.layers, vocab_size=spec.lm_dims.vocab,
     )
-    return build_vision_projector(config), config
+    return build_vision_projector(config, vision_cfg=spec.vision), config
 
 
 def _built(spec: PipelineSpec, types: Sequence[str], opts: MeasureOptions) -> Iterator[tuple[str, torch.nn.Module, Any]]:
@@ -58,14 +60,14 @@ def _built(spec: PipelineSpec, types: Sequence[str], opts: MeasureOptions) -> It
         yield name, projector.to(opts.device, opts.dtype).eval(), config
 
 
-def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_tokens: int, device, dtype) -> tuple[torch.Tensor, Any]:
-    """``(features, inputs)`` for one call: ``inputs`` is ``None`` when the plugin needs nothing extra."""
-    from llava.model.multimodal_projector.plugins import CompressorInputs, needs_for_config
+def compressor_inputs(spec: PipelineSpec, needs: Any, batch: int, question_tokens: int, device, dtype) -> tuple[torch.Tensor, Any]:
+    """``(features, inputs)`` for one call of a projector with ``needs`` (its resolved :class:`ModelNeeds`):
+    ``inputs`` is ``None`` when it needs nothing beyond the select layer."""
+    from llava.model.multimodal_projector.plugins import CompressorInputs
 
     grid = spec.grid(spec.inputs[0])
     n, d = grid[0] * grid[1], spec.mm_hidden
     features = torch.randn(batch, n, d, device=device, dtype=dtype)
-    needs = needs_for_config(config)
     if not needs.extra:
         return features, None
     inputs = CompressorInputs(features=features, grid_shape=grid, has_cls_token=False)
@@ -74,7 +76,7 @@ def compressor_inputs(spec: PipelineSpec, config: Any, batch: int, question_toke
     if needs.attention is not None:
         heads = spec.vision_dims.heads
         inputs.attention = torch.randn(batch, heads, n, n, device=device, dtype=dtype).softmax(-1)
-        inputs.has_cls_token = True  # q/k of a CLIP-like tower: CLS first (PruMerge scores with its row)
+        inputs.has_cls_token = True  # q/k of a CLIP-like tower: CLS first (CLS-attention pruners score with its row)
         inputs.queries = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
         inputs.keys = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
     if needs.prompt:
@@ -89,7 +91,7 @@ def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting
     rows = []
     for batch in opts.batch_sizes:
         for name, projector, config in _built(spec, types, opts):
-            features, inputs = compressor_inputs(spec, config, batch, setting.prompt_tokens, opts.device, opts.dtype)
+            features, inputs = compressor_inputs(spec, projector_needs(projector), batch, setting.prompt_tokens, opts.device, opts.dtype)
             cost = module_cost(name, setting, config)
             prompt_pass = inputs is not None and inputs.prompt is not None
             analytic = cost.post * batch
@@ -131,9 +133,10 @@ def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, s
     rows = []
     for batch in opts.batch_sizes:
         for name, projector, config in _built(spec, types, opts):
-            _, probe = compressor_inputs(spec, config, 1, setting.prompt_tokens, opts.device, opts.dtype)
+            needs = projector_needs(projector)
+            _, probe = compressor_inputs(spec, needs, 1, setting.prompt_tokens, opts.device, opts.dtype)
             if probe is not None:
-                projector = WithInputs(projector, lambda b, c=config: compressor_inputs(spec, c, b, setting.prompt_tokens, opts.device, opts.dtype)[1])
+                projector = WithInputs(projector, lambda b, n=needs: compressor_inputs(spec, n, b, setting.prompt_tokens, opts.device, opts.dtype)[1])
             cost = projector_pipeline_flops(
                 spec, name, prompt_tokens=acc.prompt_tokens, lm_head=acc.lm_head, computation="ours",
                 question_tokens=setting.prompt_tokens, llm_layers=opts.llm_layers, vision_layer_cap=opts.vision_layers,

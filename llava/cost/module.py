@@ -10,21 +10,21 @@ A compressor plugin declares :class:`CostModel` (``CompressorPlugin.cost``, docs
 - ``types_at_budget(budget) -> [projector types]``: the types that send ``budget`` visual tokens per view, or a
   ``ValueError`` of one sentence when the method cannot give it (e.g. regions that must divide the grid).
 
-Built-in types (``linear``, ``mlp{N}x_gelu``, ``identity``) need no plugin. Boundaries (pre- or post-projector):
+Upstream's built-in types (``linear``, ``mlp{N}x_gelu``, ``identity``) declare their cost the same way, as the
+built-in plugin. Boundaries (pre- or post-projector):
 the pre-projector figure is ``module``, the post-projector figure ``module + projector``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from .flops import LMDims, projector_flops, total
+from .flops import LMDims, total
 
-__all__ = ["CostModel", "CostSetting", "ModuleCost", "builtin_module_cost", "module_cost", "types_at_budget"]
+__all__ = ["CostModel", "CostSetting", "ModuleCost", "module_cost", "types_at_budget"]
 
 
 @dataclass(frozen=True)
@@ -89,20 +89,6 @@ class CostModel:
     types_at_budget: Callable[[int], Sequence[str]] | None = None
 
 
-def builtin_module_cost(projector_type: str, setting: CostSetting) -> ModuleCost | None:
-    """``linear``, ``mlp{N}x_gelu`` and ``identity``: no compressor, K = N (``None`` for other names)."""
-    n = setting.tokens
-    if projector_type == "identity":
-        return ModuleCost(projector_type, n, "post")
-    if projector_type == "linear":
-        return ModuleCost(projector_type, n, "post", projector=projector_flops(n, setting.mm_hidden, setting.lm.hidden, 1))
-    match = re.fullmatch(r"mlp(\d+)x_gelu", projector_type)
-    if match is None:
-        return None
-    depth = int(match.group(1))
-    return ModuleCost(projector_type, n, "post", projector=projector_flops(n, setting.mm_hidden, setting.lm.hidden, depth))
-
-
 def _cost_model(projector_type: str) -> CostModel:
     """The :class:`CostModel` of the plugin that owns ``projector_type``.
 
@@ -123,9 +109,6 @@ def _cost_model(projector_type: str) -> CostModel:
 
 def module_cost(projector_type: str, setting: CostSetting, config: Any = None) -> ModuleCost:
     """The cost of ``projector_type`` (``config``: its checkpoint config; default: just the type)."""
-    builtin = builtin_module_cost(projector_type, setting)
-    if builtin is not None:
-        return builtin
     if config is None:
         config = SimpleNamespace(mm_projector_type=projector_type)
     cost = _cost_model(projector_type).module_flops(config, setting)
@@ -135,8 +118,8 @@ def module_cost(projector_type: str, setting: CostSetting, config: Any = None) -
 
 
 def types_at_budget(budget: int) -> dict[str, list[str] | str]:
-    """``{plugin name: [projector types]}`` giving ``budget`` visual tokens per view; a plugin that cannot (or that
-    declares no ``types_at_budget``) maps to the reason, one sentence.
+    """``{plugin name: [projector types]}`` giving ``budget`` visual tokens per view; a plugin that cannot maps to the
+    reason, one sentence. Plugins that declare no ``types_at_budget`` (the built-ins) are not listed.
 
     Raises:
         ValueError: If ``budget`` is not a positive integer.
@@ -147,8 +130,7 @@ def types_at_budget(budget: int) -> dict[str, list[str] | str]:
         raise ValueError(f"a visual-token budget must be a positive integer, got {budget!r}")
     out: dict[str, list[str] | str] = {}
     for plugin in list_plugins():
-        if plugin.cost is None or plugin.cost.types_at_budget is None:
-            out[plugin.name] = "declares no projector types per budget"
+        if plugin.cost is None or plugin.cost.types_at_budget is None:  # not a compressor at a budget (the built-ins)
             continue
         try:
             out[plugin.name] = list(plugin.cost.types_at_budget(budget))

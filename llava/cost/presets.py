@@ -301,10 +301,12 @@ def projector_depth(projector_type: str | None) -> int:
         return 2
     if projector_type == "linear":
         return 1
-    match = re.search(r"mlp(\d+)x_gelu$", projector_type)
+    from llava.model.multimodal_projector.builtin import MLP_PATTERN
+    from llava.model.multimodal_projector.builder import resolve_projector
+
+    match = re.search(MLP_PATTERN + "$", projector_type)
     if match is not None:
         return int(match.group(1))
-    from llava.model.multimodal_projector.builder import resolve_projector
 
     resolve_projector(projector_type)
     return 2

@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from llava.eval.files import atomic_output, guard_outputs, read_json, write_json, write_text
 from llava.eval.summarize import (
-    EXTRA_BENCHMARKS, PAPER_BASELINE_NAME, PAPER_VANILLA, column_label, input_files, load_scores, normalized_accuracy,
+    EXTRA_BENCHMARKS, PAPER_BASELINE_NAME, column_label, input_files, load_scores, normalized_accuracy, published_scores,
     ordered_benchmarks, score_files,
 )
 from llava.utils import UserError, cli_main, setup_logging
@@ -196,8 +196,9 @@ def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise UserError(f"run names must be unique, got {duplicates} more than once")
-    if vanilla == PAPER_BASELINE_NAME:
-        reference = dict(PAPER_VANILLA)
+    published = published_scores(vanilla)
+    if published is not None:
+        reference = published
     elif vanilla in names:
         reference = runs[names.index(vanilla)].scores
     else:

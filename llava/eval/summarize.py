@@ -81,12 +81,17 @@ _ALIASES = {
     "q-bench-zh": "qbench_zh",
 }
 
-# Table 1 of the paper, Vanilla LLaVA-v1.5-7B with all 576 visual tokens.
-PAPER_VANILLA: dict[str, float] = {
-    "gqa": 62.9, "mmbench": 65.5, "mmbench_cn": 60.7, "mme": 1785.0,
-    "pope": 85.7, "sqa": 69.7, "textvqa": 58.0, "mmvet": 32.8,
-}
+#: The published row this project's plugins offer for normalising (``--baseline`` / ``--vanilla``); the scores come
+#: from the plugin that declares it (:func:`published_scores`).
 PAPER_BASELINE_NAME = "paper-vanilla"
+
+
+def published_scores(name: str | os.PathLike[str]) -> dict[str, float] | None:
+    """The scores an installed plugin publishes under ``name`` (e.g. ``paper-vanilla``), or ``None``."""
+    from llava.model.multimodal_projector.plugins import reference_scores
+
+    scores = reference_scores().get(os.fspath(name))
+    return None if scores is None else {benchmark_key(key): float(value) for key, value in scores.items()}
 
 
 def benchmark_key(name: str) -> str:
@@ -139,7 +144,7 @@ def score_files(folder: str | os.PathLike[str]) -> tuple[dict[str, Path], list[P
 
 
 def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
-    """Read benchmark scores from a results folder, a JSON mapping, or ``"paper-vanilla"``.
+    """Read benchmark scores from a results folder, a JSON mapping, or a published row's name (``"paper-vanilla"``).
 
     A folder's other ``*.json`` files are named in a warning (see :func:`score_files`).
 
@@ -147,8 +152,9 @@ def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
         FileNotFoundError: If the path does not exist.
         ValueError: On an unknown benchmark name or a non-numeric score.
     """
-    if os.fspath(source) == PAPER_BASELINE_NAME:
-        return dict(PAPER_VANILLA)
+    published = published_scores(source)
+    if published is not None:
+        return published
     path = Path(source)
     if path.is_dir():
         files, ignored = score_files(path)
@@ -166,7 +172,7 @@ def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
 
 def input_files(source: str | os.PathLike[str] | None) -> list[Path]:
     """The files :func:`load_scores` reads for ``source`` (for the output guard); none for the paper's row."""
-    if source is None or os.fspath(source) == PAPER_BASELINE_NAME:
+    if source is None or published_scores(source) is not None:
         return []
     path = Path(source)
     return list(score_files(path)[0].values()) if path.is_dir() else [path]

@@ -17,6 +17,10 @@ The mixins keep upstream's public names and delegate the work to focused modules
 - :mod:`llava.model.vision_token_setup`: ``<im_patch>`` / ``<im_start>`` / ``<im_end>`` tokens.
 
 Those names stay importable from here, where upstream users look for them.
+
+Why this file is over 500 lines: the two mixins are upstream's public classes, and every method a LLaVA-NeXT or
+lmms-eval caller reaches (``prepare_inputs_labels_for_multimodal``, ``encode_images``, ``initialize_vision_modules``,
+``initialize_vision_tokenizer``) has to be a method here; each one delegates its work to the modules above.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ class LlavaMetaModel:
         super().__init__(config)
         if getattr(config, "mm_vision_tower", None):
             self.vision_tower = build_vision_tower(config, delay_load=True)
-            self.mm_projector = build_vision_projector(config)
+            self.mm_projector = build_vision_projector(config, vision_tower=self.vision_tower)
             check_needs(self.vision_tower, config, projector_needs(self.mm_projector))
             if uses_unpad(config):
                 self.image_newline = new_image_newline(config.hidden_size)
@@ -130,7 +134,7 @@ class LlavaMetaModel:
                 setattr(config, key, value)
 
         if getattr(self, "mm_projector", None) is None:
-            self.mm_projector = build_vision_projector(config)
+            self.mm_projector = build_vision_projector(config, vision_tower=vision_tower)
             check_needs(vision_tower, config, projector_needs(self.mm_projector))
             if uses_unpad(config):
                 self.image_newline = new_image_newline(config.hidden_size)
@@ -156,7 +160,7 @@ class LlavaMetaModel:
         if not names:
             return
         with torch.device("cpu"):
-            reference = build_vision_projector(copy.deepcopy(self.config))
+            reference = build_vision_projector(copy.deepcopy(self.config), vision_tower=self.get_vision_tower())
         for name in names:
             target = projector.get_buffer(name)
             value = reference.get_buffer(name)

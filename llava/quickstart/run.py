@@ -53,13 +53,20 @@ MARKER = ".llava-quickstart"
 OWNED = ("data", "models", "runs")
 
 
-#: What the quickstart compares by default: upstream's projector and a compressor, named as strings.
-DEFAULT_PROJECTORS = ("mlp2x_gelu", "braco_c2s5")
-#: ``--video``'s default: NeXT's pooled mlp2x_gelu (8 x 8 → 4 x 4 = 16 per frame) and three compressors at 16 per frame.
-VIDEO_PROJECTORS = ("mlp2x_gelu", "braco_k16", "divprune_k16", "tokenpacker_k16")
+#: What ``--help`` says the default comparison is (the list itself comes from the installed plugins).
+DEFAULT_WORDS = "upstream's mlp2x_gelu and the types each installed compressor plugin showcases"
 #: ``--projectors all``: upstream's projector, then every registered compressor at ``--budget``.
 ALL = "all"
 VANILLA_PROJECTOR = "mlp2x_gelu"
+
+
+def default_projectors(video: bool = False) -> tuple[str, ...]:
+    """The default comparison: what the registered plugins showcase (images), or showcase for videos (``video``):
+    with this project's plugins, mlp2x_gelu and a compressor on images; mlp2x_gelu (NeXT's pooled 8 x 8 → 4 x 4 = 16
+    per frame) and compressors at 16 tokens per frame on videos."""
+    from llava.model.multimodal_projector.plugins import showcase
+
+    return showcase(video=video)
 
 
 def expand_projectors(names: Sequence[str], budget: int) -> tuple[tuple[str, ...], list[str]]:
@@ -90,7 +97,8 @@ def expand_projectors(names: Sequence[str], budget: int) -> tuple[tuple[str, ...
 class QuickstartConfig:
     """Sizes of one quickstart run (defaults: the full run, about 4 minutes on 2 CPU cores)."""
 
-    projectors: tuple[str, ...] = DEFAULT_PROJECTORS
+    #: Empty: the installed plugins' showcase (:func:`default_projectors`).
+    projectors: tuple[str, ...] = ()
     backbone: str = DEFAULT_BACKBONE
     budget: int = 9
     train_scenes: int = 2000
@@ -116,7 +124,7 @@ class QuickstartConfig:
 #: ``--reduced``: the same steps on less data and fewer epochs (CI).
 REDUCED = QuickstartConfig(train_scenes=1000, test_questions=150, finetune_epochs=3.0)
 #: ``--video`` (each clip is 4 frames, so fewer of them), and ``--video --reduced``.
-VIDEO = QuickstartConfig(projectors=VIDEO_PROJECTORS, train_scenes=600, test_questions=150, finetune_epochs=3.0, video=True)
+VIDEO = QuickstartConfig(train_scenes=600, test_questions=150, finetune_epochs=3.0, video=True)
 VIDEO_REDUCED = replace(VIDEO, train_scenes=300, test_questions=90, finetune_epochs=2.0)
 
 
@@ -259,7 +267,7 @@ def validate_config(config: QuickstartConfig) -> None:
 
     resolve_backbone(config.backbone)
     if not config.projectors:
-        raise ValueError(f"the quickstart needs at least one projector (e.g. --projectors {' '.join(DEFAULT_PROJECTORS)})")
+        raise ValueError(f"the quickstart needs at least one projector (e.g. --projectors {VANILLA_PROJECTOR})")
     for projector in config.projectors:
         resolve_projector(projector)
     for name in ("train_scenes", "test_questions", "turns_per_scene", "batch_size"):
@@ -304,7 +312,7 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     reason. The settings are checked first; then ``out`` is prepared by :func:`prepare_out` (``out/data``,
     ``out/models`` and ``out/runs`` are replaced only in a folder an earlier quickstart created).
     """
-    projectors, skipped = expand_projectors(config.projectors, config.budget)
+    projectors, skipped = expand_projectors(config.projectors or default_projectors(config.video), config.budget)
     validate_config(replace(config, projectors=tuple(projectors)))
     check_writable_folder(out, "--out")
     with disk_errors("--out", out):
@@ -374,13 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reduced", action="store_true", help="less data and fewer epochs, same code path (CI)")
     parser.add_argument("--projectors", nargs="+", default=None, metavar="TYPE",
                         help=f"mm_projector_type values to compare, or '{ALL}' ({VANILLA_PROJECTOR} and every registered "
-                             f"compressor at --budget) (default: {' '.join(DEFAULT_PROJECTORS)})")
+                             f"compressor at --budget) (default: {DEFAULT_WORDS})")
     parser.add_argument("--backbone", choices=list(BACKBONES), default=DEFAULT_BACKBONE,
                         help="tiny vision tower × LLM pair: " + "; ".join(f"{b.name}: {b.description}" for b in BACKBONES.values())
                              + " (default %(default)s)")
     parser.add_argument("--video", action="store_true",
                         help="clips of moving shapes (questions about order and motion) instead of still scenes; default "
-                             f"projectors then {' '.join(VIDEO_PROJECTORS)} (needs the 'video' extra)")
+                             "projectors then: mlp2x_gelu and each plugin's types at 16 tokens per frame (needs the 'video' extra)")
     parser.add_argument("--budget", type=int, default=QuickstartConfig.budget,
                         help="visual tokens per image for --projectors all (default %(default)s)")
     return parser
@@ -404,4 +412,4 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     return run_quickstart(args.out, config)
 
 
-__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "VIDEO", "VIDEO_REDUCED", "build_models", "expand_projectors", "main", "prepare_out", "run_quickstart", "validate_config"]
+__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "VIDEO", "VIDEO_REDUCED", "build_models", "default_projectors", "expand_projectors", "main", "prepare_out", "run_quickstart", "validate_config"]

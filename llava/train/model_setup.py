@@ -252,7 +252,7 @@ def rebuild_projector(model: nn.Module) -> None:
     base = model.get_model()
     old = base.mm_projector
     reference = next(old.parameters(), None)
-    new = build_vision_projector(model.config)
+    new = build_vision_projector(model.config, vision_tower=model.get_vision_tower())
     new.load_state_dict(old.state_dict(), strict=True)
     if reference is not None:
         new.to(device=reference.device, dtype=reference.dtype)

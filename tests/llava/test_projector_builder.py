@@ -10,37 +10,16 @@ import torch.nn as nn
 from braco_patch import BracoCoder
 from braco_patch.config import PROJECTOR_PATTERN
 from llava.model.multimodal_projector.builder import build_vision_projector, list_projectors, resolve_projector
-from llava.model.multimodal_projector.plugins import CompressorInputs, needs_for_config
-
-# One concrete name per registered pattern; a new registration without an example fails the test below.
-EXAMPLES = {
-    "linear": "linear",
-    r"mlp(\d+)x_gelu": "mlp3x_gelu",
-    "identity": "identity",
-    PROJECTOR_PATTERN: "braco_c2s5_idct",
-    r"fourier_mlp(\d+)x_gelu": "fourier_mlp2x_gelu",
-    r"prumerge(?:_k(\d+))?": "prumerge_k4",
-    r"prumerge_plus(?:_k(\d+))?": "prumerge_plus",
-    r"divprune_k(\d+)": "divprune_k9",
-    r"mqt_k(\d+)": "mqt_k4",
-    r"mqt_q(\d+)": "mqt_q16",
-    r"quecc_k(\d+)": "quecc_k4",
-    r"tokenpacker_k(\d+)": "tokenpacker_k9",
-    r"fouriervlm_k(\d+)": "fouriervlm_k9",
-}
-
+from llava.testing.registry import registered_examples
+from llava.model.multimodal_projector.plugins import CompressorInputs, projector_needs
 
 def _config(name, **extra):
     return SimpleNamespace(mm_projector_type=name, mm_hidden_size=32, hidden_size=32 if name == "identity" else 48, **extra)
 
 
-def test_every_registered_pattern_has_an_example():
-    assert set(list_projectors()) == set(EXAMPLES)
-
-
-def _inputs(config, features: torch.Tensor) -> tuple:
-    """``(features,)``, or ``(features, CompressorInputs)`` with random stand-ins for what the plugin needs."""
-    needs = needs_for_config(config)
+def _inputs(projector, config, features: torch.Tensor) -> tuple:
+    """``(features,)``, or ``(features, CompressorInputs)`` with random stand-ins for what the projector needs."""
+    needs = projector_needs(projector)
     if not needs.extra:
         return (features,)
     batch, tokens, dim = features.shape
@@ -56,13 +35,11 @@ def _inputs(config, features: torch.Tensor) -> tuple:
     return features, inputs
 
 
-@pytest.mark.parametrize("pattern", list(EXAMPLES))
-def test_every_projector_builds_and_runs(pattern, tiny_tower_dir):
-    name = EXAMPLES[pattern]
-    extra = {"mm_fourier_C": 2, "mm_fourier_spatial_keep": 3} if name.startswith("fourier_") else {}
-    config = _config(name, mm_vision_tower=str(tiny_tower_dir), **extra)
+@pytest.mark.parametrize("name, settings", registered_examples())
+def test_every_projector_builds_and_runs_on_stand_in_inputs(name, settings, tiny_tower_dir):
+    config = _config(name, mm_vision_tower=str(tiny_tower_dir), **settings)
     proj = build_vision_projector(config)
-    out = proj(*_inputs(config, torch.randn(2, 36, 32)))
+    out = proj(*_inputs(proj, config, torch.randn(2, 36, 32)))
     out = torch.stack(out) if isinstance(out, list) and len({o.shape for o in out}) == 1 else out
     if isinstance(out, list):  # adaptive token counts
         assert len(out) == 2 and all(o.shape[-1] == 48 and torch.isfinite(o).all() for o in out)
@@ -199,8 +176,11 @@ def test_needs_are_resolved_when_the_projector_is_built(monkeypatch, tiny_tower_
     def no_lookup(*args, **kwargs):
         raise AssertionError("needs looked up after the build")
 
+    from llava.model.multimodal_projector import registry
+
     monkeypatch.setattr(plugins, "plugin_for", no_lookup)
-    monkeypatch.setattr(plugins, "needs_for_config", no_lookup)
+    monkeypatch.setattr(registry, "plugin_for", no_lookup)
+    monkeypatch.setattr(registry, "resolve_projector", no_lookup)
     assert plugins.projector_needs(projector).text == "question"
 
 

@@ -1,135 +1,111 @@
-"""Multimodal projector registry.
+"""``build_vision_projector(config)``: upstream LLaVA's signature, on the one projector registry (:mod:`.registry`).
 
-``build_vision_projector(config)`` keeps upstream LLaVA's signature but is a lookup: a projector type
-(``config.mm_projector_type``) is matched against registered names, exact names first, then anchored
-regular expressions, and the matching factory builds the module from the model config.
+A projector type (``config.mm_projector_type``, default ``linear``) is resolved by the registry's rule (exact names
+before patterns). The builder then, in this order: checks and normalises the owning plugin's ``config.json`` keys;
+gives the factory a typed :class:`~.contract.BuildContext` (widths, select layer, the tower's grid, depth and CLS);
+writes the config keys the factory returned into the config, so ``config.json`` rebuilds the same module; and keeps
+what the projector needs from the model on the module (:func:`~.needs.projector_needs`).
 
-Built-ins (``linear``, ``mlp{N}x_gelu``, ``identity``) register here. Installed compressors register
-themselves through the ``llava.projectors`` entry-point group: each entry point names a module whose
-import calls :func:`llava.model.multimodal_projector.plugins.register_plugin` (which registers the plugin's
-name patterns here, together with its settings, needs, callbacks and view). The entry points are imported
-once, the first time a name is looked up. Building a projector of a plugin first checks the plugin's
-``config.json`` keys (:func:`~llava.model.multimodal_projector.plugins.check_plugin_config`).
+The tower's shape comes from the tower object when the model passes it, from a transformers vision config
+(``vision_cfg=``, as LLaVA-NeXT passes it), or from the tower that ``config.mm_vision_tower`` names, read once
+here when a factory asks for it (factories read no files).
 """
 
 from __future__ import annotations
 
-import logging
-import re
-from dataclasses import dataclass
-from typing import Callable
+import os
+from typing import Any
 
 import torch.nn as nn
 
-from llava.utils import load_entry_points
+from .builtin import mlp_projector
+from .contract import BuildContext, BuiltProjector, TowerShape
+from .needs import attach_needs
+from .registry import check_plugin_config, list_projectors, resolve_projector
 
-logger = logging.getLogger(__name__)
-
-ENTRY_POINT_GROUP = "llava.projectors"
-
-ProjectorFactory = Callable[[object, "re.Match[str]"], nn.Module]
-
-
-@dataclass(frozen=True)
-class _Registration:
-    pattern: str
-    regex: re.Pattern
-    factory: ProjectorFactory
-    description: str
+__all__ = ["build_vision_projector", "list_projectors", "mlp_projector", "resolve_projector", "tower_shape"]
 
 
-_REGISTRY: dict[str, _Registration] = {}
+def build_vision_projector(config: Any, delay_load: bool = False, *, vision_tower: Any = None, vision_cfg: Any = None,
+                           **kwargs: Any) -> nn.Module:
+    """Build the projector named by ``config.mm_projector_type`` (see the module docstring).
 
-
-def register_projector(pattern: str, description: str = "") -> Callable[[ProjectorFactory], ProjectorFactory]:
-    """Register ``factory(config, match) -> nn.Module`` for projector types that fully match ``pattern``.
-
-    ``pattern`` is a regular expression matched against the whole name (``re.fullmatch``); a plain name
-    such as ``"identity"`` is its own pattern. Registering the same pattern twice replaces the factory.
-    """
-    regex = re.compile(pattern)
-
-    def decorator(factory: ProjectorFactory) -> ProjectorFactory:
-        _REGISTRY[pattern] = _Registration(pattern, regex, factory, description or (factory.__doc__ or "").strip())
-        return factory
-
-    return decorator
-
-
-def unregister_projector(pattern: str) -> None:
-    """Remove a registered pattern (a no-op when it is not registered)."""
-    _REGISTRY.pop(pattern, None)
-
-
-def load_plugins() -> None:
-    """Import every ``llava.projectors`` entry point once."""
-    load_entry_points(ENTRY_POINT_GROUP, "projector")
-
-
-def list_projectors() -> list[str]:
-    """The registered projector patterns, built-ins first, in registration order."""
-    load_plugins()
-    return list(_REGISTRY)
-
-
-def _is_exact(pattern: str) -> bool:
-    return re.escape(pattern) == pattern
-
-
-def resolve_projector(name: str) -> tuple[ProjectorFactory, "re.Match[str]"]:
-    """Find the factory for ``name``: an exact registered name first, then the first matching pattern."""
-    load_plugins()
-    regs = sorted(_REGISTRY.values(), key=lambda r: not _is_exact(r.pattern))
-    for reg in regs:
-        match = reg.regex.fullmatch(name)
-        if match is not None:
-            return reg.factory, match
-    known = ", ".join(list_projectors())
-    raise ValueError(f"unknown mm_projector_type {name!r}; known projector types: {known}")
-
-
-def build_vision_projector(config, delay_load: bool = False, **kwargs) -> nn.Module:
-    """Build the projector named by ``config.mm_projector_type`` (default ``linear``).
-
-    ``config`` is the whole model config: factories read ``mm_hidden_size``, ``hidden_size`` and any
-    projector-specific keys from it.
-
-    The module carries what its compressor plugin needs from the model (``compressor_needs``, a
-    :class:`~llava.model.multimodal_projector.plugins.ModelNeeds`).
+    Args:
+        config: The whole model config (``mm_hidden_size``, ``hidden_size``, the plugin's keys, the tower's name).
+        delay_load: Upstream's argument; projectors have nothing to load later, so it changes nothing.
+        vision_tower: The model's vision tower, when it is built (its grid and depth are then read from it).
+        vision_cfg: A transformers vision config (LLaVA-NeXT's keyword), used when no tower object is given.
+        **kwargs: Upstream passes other keywords through; they are ignored.
 
     Raises:
-        ValueError: For an unknown name, or plugin keys in ``config`` that are unknown or invalid.
+        ValueError: For an unknown name, plugin keys that are unknown or invalid, or a type the tower cannot give.
     """
-    from .plugins import attach_needs, check_plugin_config
-
     name = getattr(config, "mm_projector_type", None) or "linear"
-    factory, match = resolve_projector(name)
-    check_plugin_config(config)
-    # What the compressor needs from the model is resolved here, once (after the factory wrote back its
-    # resolved keys), and kept on the module for encode_images.
-    return attach_needs(factory(config, match), config)
+    registration, match = resolve_projector(name)
+    plugin = check_plugin_config(config)
+    context = BuildContext(
+        projector_type=name, match=match, config=config, mm_hidden=int(config.mm_hidden_size), hidden=int(config.hidden_size),
+        select_layer=int(getattr(config, "mm_vision_select_layer", None) or -2),
+        select_feature=str(getattr(config, "mm_vision_select_feature", None) or "patch"),
+        tower_loader=lambda: tower_shape(config, vision_tower=vision_tower, vision_cfg=vision_cfg),
+    )
+    built = registration.entry.factory(context)
+    if not isinstance(built, BuiltProjector):
+        raise TypeError(f"the factory of {name!r} returned {type(built).__name__}, not a BuiltProjector")
+    for key, value in built.config_keys.items():
+        setattr(config, key, value)
+    return attach_needs(built.module, built.needs if built.needs is not None else plugin.needs)
 
 
-def mlp_projector(in_features: int, out_features: int, depth: int) -> list[nn.Module]:
-    """Upstream's ``mlp{depth}x_gelu`` layers: Linear, then (depth-1) x [GELU (exact), Linear]."""
-    if depth < 1:
-        raise ValueError(f"mlp projector depth must be at least 1, got {depth}")
-    layers: list[nn.Module] = [nn.Linear(in_features, out_features)]
-    for _ in range(depth - 1):
-        layers += [nn.GELU(), nn.Linear(out_features, out_features)]
-    return layers
+def tower_shape(config: Any, *, vision_tower: Any = None, vision_cfg: Any = None) -> TowerShape | None:
+    """The shape of the tower a projector is built for, or ``None`` when the config names no tower.
+
+    Raises:
+        ValueError: When the named tower's config cannot be read (one sentence from the tower registry).
+    """
+    if vision_tower is not None:
+        return TowerShape(tuple(vision_tower.grid_shape), int(vision_tower.config.num_hidden_layers),
+                          bool(getattr(vision_tower, "has_cls_token", True)))
+    if vision_cfg is not None:
+        return _shape_of_config(vision_cfg, _tower_class_for(getattr(vision_cfg, "model_type", "")))
+    name = getattr(config, "mm_vision_tower", None) or getattr(config, "vision_tower", None)
+    if not name:
+        return None
+    name = os.path.expanduser(os.fspath(name))
+    tower_class = _tower_class(name)
+    return _shape_of_config(_read_tower_config(name, tower_class), tower_class)
 
 
-@register_projector("linear", "Linear(mm_hidden_size, hidden_size)")
-def _linear(config, match) -> nn.Module:
-    return nn.Linear(config.mm_hidden_size, config.hidden_size)
+def _tower_class(name: str) -> Any:
+    from llava.model.multimodal_encoder.builder import tower_model_type
+    from llava.model.multimodal_encoder.registry import resolve_vision_tower
+
+    return resolve_vision_tower(tower_model_type(name), source=name)
 
 
-@register_projector(r"mlp(\d+)x_gelu", "Linear, then (N-1) x [GELU, Linear]; weights at even indices")
-def _mlp_gelu(config, match) -> nn.Module:
-    return nn.Sequential(*mlp_projector(config.mm_hidden_size, config.hidden_size, int(match.group(1))))
+def _tower_class_for(model_type: str) -> Any:
+    from llava.model.multimodal_encoder.registry import resolve_vision_tower
+
+    return resolve_vision_tower(model_type, source="vision_cfg")
 
 
-@register_projector("identity", "no projection (mm_hidden_size must equal hidden_size)")
-def _identity(config, match) -> nn.Module:
-    return nn.Identity()
+def _read_tower_config(name: str, tower_class: Any) -> Any:
+    """A tower's vision config: a local folder, or a published tower whose dimensions are built in (no network)."""
+    if not os.path.isdir(name):
+        from llava.cost.presets import KNOWN_TOWERS
+
+        if name in KNOWN_TOWERS:
+            return KNOWN_TOWERS[name]()
+    return tower_class.config_class.from_pretrained(name)
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value[0]), int(value[1])) if isinstance(value, (list, tuple)) else (int(value), int(value))
+
+
+def _shape_of_config(vision: Any, tower_class: Any) -> TowerShape:
+    vision = getattr(vision, "vision_config", None) or vision  # a whole CLIP/SigLIP config: its vision half
+    (height, width), (patch_h, patch_w) = _pair(vision.image_size), _pair(vision.patch_size)
+    return TowerShape((height // patch_h, width // patch_w), int(vision.num_hidden_layers),
+                      bool(getattr(tower_class, "has_cls_token", True)))
+

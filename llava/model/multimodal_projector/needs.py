@@ -14,7 +14,7 @@ import torch
 
 
 #: The text a compressor may ask for (:attr:`ModelNeeds.text`): each sample's question (the first user turn,
-#: image markers removed, tokenized on its own as the tokenizer encodes a text: QueCC), or the whole prompt
+#: image markers removed, tokenized on its own as the tokenizer encodes a text), or the whole prompt
 #: (every non-target token of the sample: system text, roles, every turn).
 TEXT_NEEDS = ("question", "prompt")
 
@@ -23,7 +23,7 @@ TEXT_NEEDS = ("question", "prompt")
 class ModelNeeds:
     """What a compressor needs from the model besides the select layer's features.
 
-    Resolved once, when the projector is built (``plugins.attach_needs``), and kept on the built module as
+    Resolved once, when the projector is built (``build_vision_projector``), and kept on the built module as
     ``compressor_needs`` (:func:`projector_needs`); ``encode_images`` reads it from there.
 
     Args:
@@ -32,8 +32,8 @@ class ModelNeeds:
         attention: The encoder layer whose self-attention the compressor reads (its queries, keys and
             probabilities), **relative to the select layer**: ``0`` is the layer that produced the select
             layer's features (their own attention, as most attention-based pruners use), ``1`` the next layer,
-            whose input they are (PruMerge: with ``mm_vision_select_layer -2`` on CLIP-L that is the last
-            layer, index 23 of 24); ``None`` for no attention.
+            whose input they are (with ``mm_vision_select_layer -2`` on CLIP-L that is the last layer, index
+            23 of 24); ``None`` for no attention.
         text: ``"question"`` or ``"prompt"`` (see :data:`TEXT_NEEDS`), or ``None`` for no text.
         square_grid: The tower's patch grid must be square.
     """
@@ -102,11 +102,17 @@ class CompressorInputs:
 NEEDS_ATTRIBUTE = "compressor_needs"
 
 
+def attach_needs(projector: torch.nn.Module, needs: ModelNeeds) -> torch.nn.Module:
+    """Keep ``needs`` on the built ``projector`` (done once, by ``build_vision_projector``); returns the projector."""
+    setattr(projector, NEEDS_ATTRIBUTE, needs)
+    return projector
+
+
 def projector_needs(projector: torch.nn.Module) -> ModelNeeds:
-    """The needs resolved when ``projector`` was built (``plugins.attach_needs``); a projector built by hand, outside
+    """The needs resolved when ``projector`` was built (:func:`attach_needs`); a projector built by hand, outside
     ``build_vision_projector``, belongs to no plugin and needs nothing beyond the select layer."""
     needs = getattr(projector, NEEDS_ATTRIBUTE, None)
     return needs if isinstance(needs, ModelNeeds) else ModelNeeds()
 
 
-__all__ = ["NEEDS_ATTRIBUTE", "TEXT_NEEDS", "CompressorInputs", "ModelNeeds", "projector_needs"]
+__all__ = ["NEEDS_ATTRIBUTE", "TEXT_NEEDS", "CompressorInputs", "ModelNeeds", "attach_needs", "projector_needs"]

@@ -35,6 +35,8 @@ def test_official_compressor_by_hand():
     }
     idct = official_compressor_flops(cfg.replace(coordinates="idct"), d, (n, n))
     assert idct["step3"] == {"idct": 2 * (2 * d * 2**3)}  # two C x C products per channel
+    randrot = official_compressor_flops(cfg.replace(coordinates="randrot"), d, (n, n))
+    assert randrot["step3"] == {"rotation": 2 * 4 * 4 * d}  # one dense [C², C²] x [C², d] product
     # A batch of 3: the embedding projection and gate are input-independent, done once per call.
     three = official_compressor_flops(cfg, d, (n, n), batch=3)
     assert three["step2"] == {"projection": 8192, "gate": 128, "add": 3 * 128}

@@ -10,13 +10,13 @@ import pytest
 from llava.cost.module import CostModel
 from llava.eval.files import read_jsonl
 from llava.model.multimodal_projector.plugins import CompressorPlugin, ProjectorType, register_plugin, unregister_plugin
-from llava.quickstart.run import QuickstartConfig, build_parser, expand_projectors, main, run_quickstart
+from llava.quickstart.run import QuickstartConfig, build_parser, default_projectors, expand_projectors, main, run_quickstart
 
 TINY = QuickstartConfig(projectors=("braco_c2s5", "toybad_k9"), train_scenes=8, test_questions=5, finetune_epochs=1.0, batch_size=4)
 
 
-def _refuse(config, match):
-    raise ValueError(f"toybad cannot give {match.group(1)} tokens on a {config.mm_hidden_size}-wide tower")
+def _refuse(context):
+    raise ValueError(f"toybad cannot give {context.match.group(1)} tokens on a {context.mm_hidden}-wide tower")
 
 
 def _only_four(budget: int) -> list[str]:
@@ -28,7 +28,7 @@ def _only_four(budget: int) -> list[str]:
 @pytest.fixture
 def toybad():
     """A plugin whose factory refuses every type and whose cost model offers only K = 4."""
-    register_plugin(CompressorPlugin(name="toybad", projectors=(ProjectorType(r"toybad_k(\d+)", _refuse),),
+    register_plugin(CompressorPlugin(name="toybad", projectors=(ProjectorType(r"toybad_k(\d+)", _refuse, examples=("toybad_k4",)),),
                                      cost=CostModel(types_at_budget=_only_four)))
     yield
     unregister_plugin("toybad")
@@ -74,6 +74,20 @@ def test_quickstart_writes_checkpoints_answers_results_and_figure(tmp_path: Path
     row = next(line for line in printed.splitlines() if line.startswith("| braco_c2s5 |"))
     assert row.split(" | ")[1] == "9" and ("yes" in row) == placed
     assert "skipped: toybad_k9: toybad cannot give 9 tokens" in printed and "total wall time" in printed
+
+
+def test_default_comparison_comes_from_the_plugins():
+    # llava names no compressor: the defaults are what the installed plugins showcase, the built-ins first
+    assert default_projectors() == ("mlp2x_gelu", "braco_c2s5")
+    assert default_projectors(video=True)[0] == "mlp2x_gelu"
+    assert set(default_projectors(video=True)) == {"mlp2x_gelu", "braco_k16", "divprune_k16", "tokenpacker_k16"}
+    register_plugin(CompressorPlugin(name="toyshow", projectors=(ProjectorType(r"toyshow_k(\d+)", _refuse, examples=("toyshow_k4",)),),
+                                     showcase=("toyshow_k4",)))
+    try:
+        assert default_projectors()[-1] == "toyshow_k4" and "toyshow_k4" not in default_projectors(video=True)
+    finally:
+        unregister_plugin("toyshow")
+    assert "toyshow_k4" not in default_projectors()
 
 
 def test_command_line_defaults():

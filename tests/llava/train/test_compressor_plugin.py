@@ -18,6 +18,8 @@ from llava.constants import IGNORE_INDEX, IMAGE_TOKEN_INDEX
 from llava.model.builder import load_pretrained_model
 from llava.model.multimodal_projector.builder import list_projectors
 from llava.model.multimodal_projector.plugins import (
+    BuildContext,
+    BuiltProjector,
     CompressorPlugin,
     ModelNeeds,
     ProjectorType,
@@ -68,16 +70,17 @@ class CountingCallback(TrainerCallback):
         CountingCallback.starts += 1
 
 
-def _factory(config, match) -> nn.Module:
-    gain = getattr(config, "mm_tinypool_gain_init", None)
-    use_prompt = bool(getattr(config, "mm_tinypool_use_prompt", None) or False)
-    config.mm_tinypool_gain_init = 1.0 if gain is None else gain  # record the resolved value, as plugins do
-    return TinyPool(config.mm_hidden_size, config.hidden_size, int(match.group(1)), config.mm_tinypool_gain_init, use_prompt)
+def _factory(context: BuildContext) -> BuiltProjector:
+    gain = context.setting("mm_tinypool_gain_init", 1.0)  # the resolved value is returned to be saved, as plugins do
+    use_prompt = bool(context.setting("mm_tinypool_use_prompt", False))
+    module = TinyPool(context.mm_hidden, context.hidden, int(context.match.group(1)), gain, use_prompt)
+    needs = ModelNeeds(text="prompt" if use_prompt else None, square_grid=True)
+    return BuiltProjector(module, {"mm_tinypool_gain_init": gain}, needs)
 
 
 TINY_PLUGIN = CompressorPlugin(
     name="tinypool",
-    projectors=(ProjectorType(PATTERN, _factory, "test compressor: average pooling to K tokens"),),
+    projectors=(ProjectorType(PATTERN, _factory, "test compressor: average pooling to K tokens", examples=("tinypool_k4",)),),
     settings=(
         Setting("mm_tinypool_gain_init", float, "initial output gain", default=1.0, minimum=0.0),
         Setting("mm_tinypool_use_prompt", bool, "add the prompt's mean embedding", default=False),
@@ -86,7 +89,7 @@ TINY_PLUGIN = CompressorPlugin(
     key_prefixes=("mm_tinypool_",),
     run_defaults=lambda run: {"mm_tinypool_gain_init": 0.5 if run.stage == "pretrain" else 0.25},
     callbacks=lambda model: [CountingCallback()],
-    needs=lambda config: ModelNeeds(text="prompt" if getattr(config, "mm_tinypool_use_prompt", None) else None, square_grid=True),
+    needs=ModelNeeds(square_grid=True),
 )
 
 
