@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 from .coordinates import COORDINATE_ALIASES, COORDINATE_MODES, canonical_coordinates, resolve_coordinates
@@ -301,8 +301,6 @@ def to_mm_keys(cfg: BracoConfig) -> dict[str, Any]:
 
 
 _BOOL_FIELDS = ("include_raw", "residual_norm", "detach_dct", "post_concat_norm")
-_TRUE_WORDS = ("true", "yes", "1", "on")
-_FALSE_WORDS = ("false", "no", "0", "off")
 
 
 def _is_number(value: Any) -> bool:
@@ -321,18 +319,17 @@ def _check_positive_finite(name: str, value: Any) -> None:
 
 
 def read_bool(key: str, value: Any) -> bool:
-    """A boolean config value: ``True``/``False``, or the words true/false, yes/no, 1/0, on/off (any case).
+    """A boolean ``mm_*`` value, which must already be a bool.
+
+    Words from flags and ``config.json`` (``"false"``, ``"no"``) are parsed where they enter, by the LLaVA
+    plugin's settings (one boolean rule for the whole project); this core unit only refuses what is not a bool,
+    so that ``"false"`` can never read as true.
 
     Raises:
-        ValueError: Naming ``key`` for anything else (``"false"`` must never read as true).
+        ValueError: Naming ``key`` for anything but ``True`` or ``False``.
     """
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
-        return value.strip().lower() in _TRUE_WORDS
-    if _is_number(value) and value in (0, 1):
-        return bool(value)
-    raise ValueError(f"{key} must be a boolean (true/false, yes/no, 1/0), got {value!r}")
+    raise ValueError(f"{key} must be a boolean (True or False), got {value!r}")
 
 
-CONFIG_FIELDS = tuple(f.name for f in fields(BracoConfig))

@@ -21,6 +21,10 @@ Example::
     conv.append_message(conv.roles[0], "<image>\\nWhat is this?")
     conv.append_message(conv.roles[1], None)
     prompt = conv.get_prompt()  # "<system> USER: <image>\\nWhat is this? ASSISTANT:"
+
+Why this file is over 500 lines: upstream's module path holds the class and the template table together, and
+checkpoints depend on every character of those templates; the table (about 240 lines) is data. The rules that choose
+and check a template follow it here because eval, serving and training import them from this path.
 """
 
 from __future__ import annotations
@@ -609,8 +613,10 @@ def _first_match(name: str, rules: Sequence[tuple[str, str]], default: str) -> s
     return next((template for part, template in rules if part in name), default)
 
 
-def _is_stage1_name(name: str) -> bool:
-    return "mmtag" in name or ("plain" in name and "finetune" not in name)
+def is_stage1_name(model_name: str) -> bool:
+    """Upstream's stage-1 test of a model name: ``plain`` in it and ``finetune`` not (any case)."""
+    name = model_name.lower()
+    return "plain" in name and "finetune" not in name
 
 
 def template_for_model(model_name: str) -> str:
@@ -632,14 +638,14 @@ def template_for_model(model_name: str) -> str:
     if "llava" not in name:
         return _first_match(name, _LANGUAGE_MODEL_NAME_RULES, "vicuna_v1")
     template = _first_match(name, _LLAVA_NAME_RULES, "llava_v0")
-    return _MMTAG_VARIANTS.get(template, template) if _is_stage1_name(name) else template
+    return _MMTAG_VARIANTS.get(template, template) if "mmtag" in name or is_stage1_name(name) else template
 
 
 def stage1_template(model_name: str, conv_mode: str) -> str:
     """Upstream ``model_vqa*``'s rule: for a stage-1 (``plain``, not ``finetune``) checkpoint, the template
     ``conv_mode + "_mmtag"`` when it exists (upstream crashes when it does not); otherwise ``conv_mode``."""
     tagged = conv_mode + "_mmtag"
-    if "plain" in model_name and "finetune" not in model_name.lower() and "mmtag" not in conv_mode and tagged in conv_templates:
+    if is_stage1_name(model_name) and "mmtag" not in conv_mode and tagged in conv_templates:
         return tagged
     return conv_mode
 
@@ -744,8 +750,8 @@ def question_of(prompt: str, conv: Conversation | str) -> str:
     has no roles: its user turn is the image, then (at inference) a newline and the text up to the prompt's last
     separator; stage 1's training text ``"<image>" + caption + "\n"`` has no user text (the caption is the answer).
 
-    For LLaVA's layout (``"<image>\n"`` + the user's text) this is what QueCC's release reads: the text after the
-    image up to ``ASSISTANT``, stripped.
+    For LLaVA's layout (``"<image>\n"`` + the user's text) this is the text after the image up to ``ASSISTANT``,
+    stripped, as question-conditioned compressors' releases read it.
 
     Args:
         prompt: A prompt (or training text) rendered with the template.
@@ -792,6 +798,7 @@ __all__ = [
     "missing_tokens",
     "question_of",
     "resolve_conv_mode",
+    "is_stage1_name",
     "stage1_template",
     "template_for_model",
     "templates_for_tokenizer",

@@ -8,6 +8,10 @@ The behaviour matches upstream LLaVA where checkpoints depend on it:
 * ``tokenizer_image_token`` tokenises the text around each ``<image>`` separately, keeps exactly one
   BOS and puts ``IMAGE_TOKEN_INDEX`` (-200) where each image goes; tokenising the whole prompt at once
   would give different ids next to the image.
+
+Why this file is over 500 lines: it is upstream's module path for a dozen public helpers that eval scripts,
+LLaVA-NeXT code and lmms-eval import from here by name (``process_images``, ``tokenizer_image_token``,
+``get_model_name_from_path``, ``KeywordsStoppingCriteria``, the AnyRes geometry); each section below is one of them.
 """
 
 from __future__ import annotations

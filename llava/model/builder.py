@@ -33,6 +33,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_PATCH_TOKEN
+from llava.devices import default_dtype
 from llava.utils import UserError
 
 from .checkpoint_layout import NON_LORA_FILES, PROJECTOR_FILES, checkpoint_kind, find_file
@@ -94,7 +95,7 @@ def load_pretrained_model(
             still choose between full, stage-1 and LoRA.
         **kwargs: ``allow_missing_weights=True`` loads a full checkpoint that lacks some weights (they stay
             randomly initialised; by default that is an error naming them). The rest is passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
-            is float32 on CPU and float16 elsewhere.
+            is float16 on CUDA and float32 on every other device (:func:`llava.devices.default_dtype`).
 
     Returns:
         ``(tokenizer, model, image_processor, context_len)``; ``image_processor`` is ``None`` for a plain LLM,
@@ -182,9 +183,7 @@ def _precision_kwargs(load_8bit: bool, load_4bit: bool, device: str, kwargs: dic
             bnb_4bit_quant_type="nf4",
         )
         return {"quantization_config": quantization, "dtype": dtype or torch.float16}
-    if dtype is None:
-        dtype = torch.float32 if torch.device(device).type == "cpu" else torch.float16
-    return {"dtype": dtype}
+    return {"dtype": default_dtype(device) if dtype is None else dtype}
 
 
 def _context_length(model: PreTrainedModel) -> int:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from llava.utils import UserError
+from llava.utils import BOOLEAN_WORDS, UserError, parse_bool
 
 #: Files any one of which makes a folder's tokenizer loadable (sentencepiece, tokenizers, GPT-2-style BPE).
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "vocab.json")
@@ -41,8 +41,6 @@ BOOLEAN_KEYS = (
     "mm_use_im_start_end", "mm_use_im_patch_token", "tune_mm_mlp_adapter", "freeze_mm_mlp_adapter", "use_mm_proj",
     "unfreeze_mm_vision_tower",
 )
-_TRUE_WORDS = ("true", "yes", "1", "on")
-_FALSE_WORDS = ("false", "no", "0", "off")
 #: Weight names a full checkpoint may lack: the tower is loaded from its own folder.
 _OPTIONAL_PREFIXES = ("model.vision_tower.",)
 _SHOWN = 5
@@ -72,14 +70,11 @@ def check_model_path(model_path: str, flag: str = "--model-path") -> None:
 
 
 def read_boolean(key: str, value: Any) -> bool:
-    """``value`` of config key ``key`` as a bool: booleans, 0/1, or the words true/false, yes/no, on/off."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
-        return value.strip().lower() in _TRUE_WORDS
-    raise UserError(f"config.json key {key} must be a boolean (true/false), got {value!r}")
+    """``value`` of config key ``key`` as a bool, by the project's one rule (:func:`llava.utils.parse_bool`)."""
+    parsed = parse_bool(value)
+    if parsed is None:
+        raise UserError(f"config.json key {key} must be a boolean ({BOOLEAN_WORDS}), got {value!r}")
+    return parsed
 
 
 def check_llava_config(model_path: str, config: Any) -> None:
@@ -95,7 +90,7 @@ def check_llava_config(model_path: str, config: Any) -> None:
             try:
                 setattr(config, key, read_boolean(key, value))
             except UserError:
-                raise UserError(f"{model_path}/config.json: {key} must be a boolean (true/false), got {value!r}") from None
+                raise UserError(f"{model_path}/config.json: {key} must be a boolean ({BOOLEAN_WORDS}), got {value!r}") from None
     check_patch_merge(config, f"{model_path}/config.json")
 
 

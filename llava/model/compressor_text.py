@@ -7,7 +7,7 @@ Two kinds (:data:`~llava.model.multimodal_projector.plugins.TEXT_NEEDS`):
   special tokens: LLaMA's BOS). Only the caller knows the template and holds the tokenizer, so it passes the ids
   to ``generate`` / ``forward`` as ``question_ids`` (:func:`question_ids`, :func:`question_kwargs`); the model hands
   them on, per image, through ``prepare_inputs_labels_for_multimodal`` and ``encode_images``. This is what
-  QueCC's release conditions on, at inference and (first question only) in training.
+  question-conditioned releases condition on, at inference and (first question only) in training.
 - ``"prompt"``: every non-target token of the sample (system text, roles, all turns), which the model cuts from
   its own ``input_ids`` and ``labels`` (:func:`llava.model.splice.prompts_per_image`).
 
@@ -36,8 +36,8 @@ QuestionIds = Sequence[torch.Tensor | Sequence[int]]
 def question_ids(prompts: Sequence[str], tokenizer: Any, conv: Conversation | str) -> list[torch.Tensor]:
     """Per prompt, its question (:func:`~llava.conversation.question_of`) as ``tokenizer`` encodes a text on its own.
 
-    The special tokens are the tokenizer's (``[BOS, ...]`` for LLaMA, none for Qwen2), as QueCC's release
-    tokenizes the question it cuts from the prompt.
+    The special tokens are the tokenizer's (``[BOS, ...]`` for LLaMA, none for Qwen2), as question-conditioned
+    releases tokenize the question they cut from the prompt.
 
     Args:
         prompts: Prompts (or training texts) rendered with ``conv``.

@@ -12,7 +12,7 @@ Upstream's endpoints (POST, JSON): ``/worker_generate_stream`` streams NUL-separ
 ``{"text", "error_code"}`` chunks (see :mod:`llava.serve.protocol`); ``/worker_get_status`` ->
 ``{model_names, speed, queue_length}``. Added: ``/worker_get_compressor_view`` {images: [base64]} -> the
 compressor panel's JSON (:mod:`llava.serve.panels`; ``{"available": false}`` for projectors without a view;
-400 ``{"error"}`` for a bad image). :data:`LEGACY_VIEW_ROUTE` answers the same, for clients of earlier releases.
+400 ``{"error"}`` for a bad image).
 
 At most ``--limit-model-concurrency`` requests run at once; the others wait (and count in
 ``queue_length``). At most ``--max-waiting-requests`` more may wait, and all held requests together carry at
@@ -60,8 +60,6 @@ logger = logging.getLogger(__name__)
 
 #: The compressor panel's endpoint.
 VIEW_ROUTE = "/worker_get_compressor_view"
-#: Its name in earlier releases of this project, kept as an alias so older pages keep their panel.
-LEGACY_VIEW_ROUTE = "/worker_get_braco_view"
 
 #: Seconds to wait for the server to start listening before registering anyway.
 _STARTUP_WAIT = 120.0
@@ -213,7 +211,7 @@ def create_app(engine: ModelEngine, gate: ConcurrencyGate, *, max_request_bytes:
         raise UserError(f"--max-waiting-requests must be at least 0, got {max_waiting}")
     app = FastAPI(title=f"LLaVA model worker ({engine.model_name})")
     app.add_middleware(
-        PendingLimit, paths=("/worker_generate_stream", VIEW_ROUTE, LEGACY_VIEW_ROUTE),
+        PendingLimit, paths=("/worker_generate_stream", VIEW_ROUTE),
         max_requests=gate.limit + max_waiting, max_bytes=max_pending_bytes, max_request_bytes=max_request_bytes,
         refusal=busy_answer,
     )
@@ -254,8 +252,7 @@ def create_app(engine: ModelEngine, gate: ConcurrencyGate, *, max_request_bytes:
                 message = f"the compressor view failed ({type(error).__name__}: {error})"
                 return JSONResponse({"error": message}, status_code=500)
 
-    for route in (VIEW_ROUTE, LEGACY_VIEW_ROUTE):
-        app.add_api_route(route, worker_get_compressor_view, methods=["POST"])
+    app.add_api_route(VIEW_ROUTE, worker_get_compressor_view, methods=["POST"])
 
     return app
 

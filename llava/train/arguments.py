@@ -31,7 +31,7 @@ import transformers
 from transformers import HfArgumentParser
 
 from llava.mm_utils import anyres_max_views, is_anyres, parse_grid_pinpoints
-from llava.utils import UserError
+from llava.utils import BOOLEAN_WORDS, UserError, parse_bool
 from llava.visual_tokens import PATCH_MERGE_TYPES
 
 from .next_arguments import REFUSED_FLAGS, check_next_arguments
@@ -139,15 +139,11 @@ class TrainingArguments(transformers.TrainingArguments):
 # ---------------------------------------------------------------------------------------------- legacy flags
 
 
-_TRUE_WORDS = ("yes", "true", "t", "y", "1")
-_FALSE_WORDS = ("no", "false", "f", "n", "0")
-
-
 def _is_true(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in _TRUE_WORDS or lowered in _FALSE_WORDS:
-        return lowered in _TRUE_WORDS
-    raise ValueError(f"expected a boolean (true/false/yes/no/1/0), got {value!r}")
+    parsed = parse_bool(value)
+    if parsed is None:
+        raise ValueError(f"expected a boolean ({BOOLEAN_WORDS}), got {value!r}")
+    return parsed
 
 
 def _warmup_ratio(value: str) -> list[str]:

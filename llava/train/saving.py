@@ -57,9 +57,10 @@ def non_lora_trainables(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def llava_config(model: nn.Module) -> Any:
-    """The LLaVA config of a plain or PEFT-wrapped model."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.config
+    """The LLaVA config of a plain or PEFT-wrapped model (the one PEFT-unwrapping rule; ``None`` without a config)."""
+    get_base_model = getattr(model, "get_base_model", None)
+    base = get_base_model() if callable(get_base_model) else model
+    return getattr(base, "config", None)
 
 
 def save_projector(model: nn.Module, output_dir: str, *, should_save: bool, include_embeddings: bool = False) -> None:

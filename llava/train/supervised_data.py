@@ -324,7 +324,7 @@ class LazySupervisedDataset(Dataset):
             ``[F, 3, H, W]`` (its frames), ``"image_size"`` (a frame's ``(width, height)``) and ``"modality"``
             ``"video"``.
         questions: Add ``"question_ids"`` (``[L]``): the question of the sample's first human turn, for a
-            compressor that reads it (:func:`llava.model.compressor_text.question_ids`, as QueCC's release trains).
+            compressor that reads it (:func:`llava.model.compressor_text.question_ids`, as question-conditioned releases train).
     """
 
     #: Slots of the shared skip counter: the main process and up to this many - 1 dataloader workers.

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from llava.model.multimodal_projector.plugins import plugin_for
+from llava.train.saving import llava_config
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -36,17 +37,10 @@ def unregister_callback_provider(provider: CallbackProvider) -> None:
         _PROVIDERS.remove(provider)
 
 
-def _model_config(model: Any) -> Any:
-    """The LLaVA config of ``model``, also through a PEFT wrapper."""
-    get_model = getattr(model, "get_base_model", None)
-    base = get_model() if callable(get_model) else model
-    return getattr(base, "config", None)
-
-
 def callbacks_for_model(model: Any) -> list["TrainerCallback"]:
     """The callbacks of the model's compressor plugin, then those of the registered providers (``None`` dropped)."""
     callbacks: list[Any] = []
-    plugin = plugin_for(getattr(_model_config(model), "mm_projector_type", None))
+    plugin = plugin_for(getattr(llava_config(model), "mm_projector_type", None))
     if plugin is not None and plugin.callbacks is not None:
         callbacks.extend(plugin.callbacks(model))
     for provider in _PROVIDERS:

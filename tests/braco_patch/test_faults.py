@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from braco_patch.coder import BracoCoder
 from braco_patch.config import BracoConfig, fields_from_mm_keys
 from braco_patch.cost.cli import main as cost_main
 from braco_patch.demo import main as demo_main
+from braco_patch.llava_plugin import braco_config_from_model_config
 from braco_patch.residual import select
 
 # ---------------------------------------------------------------------------------------------- config values
@@ -37,12 +39,13 @@ def test_bad_values_are_one_sentence(changes, message):
 
 @pytest.mark.parametrize("stored, field, expected", [
     ("false", "detach_dct", False), ("no", "detach_dct", False), ("True", "detach_dct", True),
-    ("0", "post_concat_norm", False), ("yes", "residual_norm", True), (False, "include_raw", False),
+    ("0", "post_concat_norm", False), ("yes", "residual_norm", True), ("off", "include_raw", False),
 ])
-def test_string_booleans_in_mm_keys_read_as_booleans(stored, field, expected):
+def test_string_booleans_in_config_json_read_as_booleans(stored, field, expected):
+    # the plugin parses config.json's words by the project's one rule before the core sees them
     key = {"detach_dct": "mm_fourier_detach_dct", "post_concat_norm": "mm_fourier_post_concat_norm",
            "residual_norm": "mm_fourier_spatial_use_norm", "include_raw": "mm_fourier_polar_include_raw"}[field]
-    assert getattr(BracoConfig(**fields_from_mm_keys({key: stored})), field) is expected
+    assert getattr(braco_config_from_model_config(SimpleNamespace(**{key: stored}), "braco_c2s3"), field) is expected
 
 
 @pytest.mark.parametrize("key, stored, field, expected", [
@@ -50,14 +53,23 @@ def test_string_booleans_in_mm_keys_read_as_booleans(stored, field, expected):
     ("mm_fourier_use_polar_pe", "true", "embedding", "polar"),
     ("mm_fourier_low_idct", "false", "coordinates", "coef"),
     ("mm_fourier_low_idct", "no", "coordinates", "coef"),
+    ("mm_fourier_low_idct", "y", "coordinates", "idct"),
 ])
 def test_official_switches_read_string_booleans(key, stored, field, expected):
-    assert fields_from_mm_keys({key: stored})[field] == expected
+    cfg = braco_config_from_model_config(SimpleNamespace(mm_fourier_C=2, mm_fourier_spatial_keep=3, **{key: stored}), "fourier_mlp2x_gelu")
+    assert getattr(cfg, field) == expected
 
 
 def test_a_non_boolean_switch_is_named():
     with pytest.raises(ValueError, match=r"mm_fourier_low_idct must be a boolean .*got 'maybe'"):
-        fields_from_mm_keys({"mm_fourier_low_idct": "maybe"})
+        braco_config_from_model_config(SimpleNamespace(mm_fourier_low_idct="maybe"), "fourier_mlp2x_gelu")
+
+
+@pytest.mark.parametrize("stored", ["false", 0, 1.0])
+def test_the_core_takes_only_real_booleans(stored):
+    # a word reaching the core unparsed is a bug at the boundary: refused, never read as true
+    with pytest.raises(ValueError, match=r"mm_fourier_detach_dct must be a boolean \(True or False\)"):
+        fields_from_mm_keys({"mm_fourier_detach_dct": stored})
 
 
 # ---------------------------------------------------------------------------------------------- budgets and grids

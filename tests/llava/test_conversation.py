@@ -18,6 +18,7 @@ from llava.conversation import (
     conv_templates,
     default_conversation,
     resolve_conv_mode,
+    is_stage1_name,
     stage1_template,
     template_for_model,
 )
@@ -474,6 +475,17 @@ def test_template_for_model(name: str, template: str) -> None:
 )
 def test_stage1_template(name: str, requested: str, used: str) -> None:
     assert stage1_template(name, requested) == used
+
+
+@pytest.mark.parametrize(("name", "stage1"), [
+    ("llava-v1.5-7b-pretrain-plain", True), ("LLaVA-Pretrain-PLAIN", True), ("llava-plain-FineTune", False),
+    ("llava-v1.5-7b", False), ("llava-v1.5-mmtag", False),
+])
+def test_one_stage1_rule_for_templates_and_loaders(name: str, stage1: bool) -> None:
+    # template_for_model and model_vqa*'s stage1_template fold case alike: both follow is_stage1_name
+    assert is_stage1_name(name) is stage1
+    assert (stage1_template(name, "v1") == "v1_mmtag") is stage1
+    assert template_for_model(name).endswith("_mmtag") is (stage1 or "mmtag" in name)
 
 
 def test_resolve_conv_mode_prefers_the_requested_template(caplog) -> None:

@@ -92,7 +92,7 @@ def test_merge_lora_weights_saves_a_checkpoint_that_loads_alone(tiny_llava_check
 
     checkpoint = tiny_llava_checkpoint("mlp2x_gelu")
     merge = _script("merge_lora_weights")
-    with pytest.raises(ValueError, match="is the same file as --model-path"):
+    with pytest.raises(ValueError, match="is the same folder as --model-path"):
         merge.main(["--model-path", str(checkpoint), "--save-model-path", str(checkpoint)])
     target = tmp_path / "llava-merged"
     merge.main(["--model-path", str(checkpoint), "--save-model-path", str(target)])

@@ -86,7 +86,7 @@ def test_oversized_body_gets_413_before_it_is_read(braco_engine) -> None:
         for _ in range(10):
             yield b"y" * 512
 
-    answer = client.post("/worker_get_braco_view", content=pieces())
+    answer = client.post("/worker_get_compressor_view", content=pieces())
     assert answer.status_code == 413 and "larger than" in answer.json()["error"]
 
 

@@ -128,9 +128,8 @@ def test_bad_worker_requests_get_clear_messages_and_the_worker_carries_on(
     assert answer_of(stream(url, body), body["prompt"]).strip()  # the next request still works
 
 
-@pytest.mark.parametrize("route", ["/worker_get_compressor_view", "/worker_get_braco_view"])  # the second: the alias
-def test_worker_serves_the_braco_view(serving_stack: ServingStack, not_an_image: Path, route: str) -> None:
-    url = serving_stack.worker_url + route
+def test_worker_serves_the_braco_view(serving_stack: ServingStack, not_an_image: Path) -> None:
+    url = serving_stack.worker_url + "/worker_get_compressor_view"
     view = requests.post(url, json={"images": [base64.b64encode(png_bytes((40, 30))).decode()]}, timeout=60).json()
     assert view["available"] is True
     assert (view["tokens_sent"], view["tokens_uncompressed"], view["cutoff"], view["residual_tokens"]) == (9, 36, 2, 5)
