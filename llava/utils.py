@@ -21,7 +21,6 @@ from typing import Any, TextIO
 from llava.constants import LOGDIR
 
 server_error_msg = "**NETWORK ERROR DUE TO HIGH TRAFFIC. PLEASE REGENERATE OR REFRESH THIS PAGE.**"
-moderation_msg = "YOUR INPUT VIOLATES OUR CONTENT MODERATION GUIDELINES. PLEASE TRY AGAIN."
 
 LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -306,14 +305,6 @@ def _skip_reset_parameters(self: Any) -> None:
     """Stand-in for ``reset_parameters`` that leaves the freshly allocated weights untouched."""
 
 
-def violates_moderation(text: str) -> bool:
-    """Return whether ``text`` violates a content policy; always False (no moderation service here).
-
-    Upstream asked the OpenAI moderation API; this build never contacts the network.
-    """
-    return False
-
-
 def pretty_print_semaphore(semaphore: Any) -> str:
     """Describe an ``asyncio.Semaphore`` (or ``None``) for worker status logs."""
     if semaphore is None:
@@ -335,9 +326,7 @@ __all__ = [
     "disable_torch_init",
     "enable_torch_init",
     "get_rank",
-    "moderation_msg",
     "pretty_print_semaphore",
     "server_error_msg",
     "setup_logging",
-    "violates_moderation",
 ]

@@ -1,11 +1,10 @@
 """The paper's baselines as pure PyTorch modules (one per file; none imports ``llava``).
 
-Each class states its ``placement`` (``before_projector``: tower features in, tower width out, then
-``mlp2x_gelu``; ``replaces_projector``: tower features in, LLM width out; ``after_projector``: projected
-tokens in and out), its ``boundary`` as the paper's cost table labels it (``"pre"``/``"post"``), what it
-``needs`` from the model besides the select-layer
-features (``attention``/``keys`` of that layer, multi-level ``levels``, the prompt's ``text`` states), and
-its ``output_tokens`` K. Analytic FLOPs: :mod:`.cost`.
+Where each sits (the table's placement column: ``before_projector``: tower features in, tower width out, then
+``mlp2x_gelu``; ``replaces_projector``: tower features in, LLM width out; ``after_projector``: projected tokens in
+and out); each class states its ``boundary`` as the paper's cost table labels it (``"pre"``/``"post"``), what it
+``needs`` from the model besides the select-layer features (``attention``/``keys`` of that layer, multi-level
+``levels``, the prompt's ``text`` states), and its ``output_tokens`` K. Analytic FLOPs: :mod:`.module_flops`.
 
 =============  ==================  ========  ===============  ===========================  ================
 module         placement           boundary  needs            K                            parameters

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 __all__ = [
     "BUDGETS",

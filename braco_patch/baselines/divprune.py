@@ -64,7 +64,6 @@ class DivPrune(nn.Module):
     """
 
     boundary = "post"
-    placement = "after_projector"
     needs: frozenset[str] = frozenset()
 
     def __init__(self, budget: int, *, dim: int | None = None) -> None:

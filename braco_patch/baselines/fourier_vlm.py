@@ -39,7 +39,6 @@ class FourierVLM(nn.Module):
     """
 
     boundary = "pre"
-    placement = "before_projector"
     needs: frozenset[str] = frozenset()
 
     def __init__(self, dim: int, budget: int, *, grid: tuple[int, int] | None = None, rescale: bool = False) -> None:

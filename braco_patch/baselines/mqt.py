@@ -54,7 +54,6 @@ class MQTAbstractor(nn.Module):
     """
 
     boundary = "pre"
-    placement = "replaces_projector"
     needs: frozenset[str] = frozenset()
 
     def __init__(

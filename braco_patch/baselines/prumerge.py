@@ -139,7 +139,6 @@ class PruMerge(nn.Module):
     """
 
     boundary = "pre"
-    placement = "before_projector"
     needs = frozenset({"attention", "keys"})
 
     def __init__(self, dim: int, budget: int | None = None, *, plus: bool = False, neighbours: int = 32, extra_token: bool = True) -> None:

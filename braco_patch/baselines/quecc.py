@@ -63,7 +63,6 @@ class QueCC(nn.Module):
     """
 
     boundary = "pre"
-    placement = "before_projector"
     needs = frozenset({"levels", "text"})
 
     def __init__(self, dim: int, budget: int, grid_side: int, text_dim: int, *, level_dim: int | None = None, heads: int = 8) -> None:

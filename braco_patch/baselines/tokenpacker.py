@@ -50,7 +50,6 @@ class TokenPacker(nn.Module):
     """
 
     boundary = "post"
-    placement = "replaces_projector"
     needs = frozenset({"levels"})
 
     def __init__(self, dim: int, out_dim: int, budget: int, grid_side: int, *, level_dim: int | None = None, heads: int | None = None) -> None:

@@ -53,9 +53,6 @@ def test_output_shape_per_budget(name, budget):
     assert out.shape == (2, budget, WIDTH.get(name, D)) and module.output_tokens == budget
     assert torch.isfinite(out).all()
     assert module.boundary in ("pre", "post")
-    # The output width follows the placement: tower width before the projector, the LLM's otherwise.
-    expected = D if module.placement == "before_projector" else LLM
-    assert module.placement in ("before_projector", "replaces_projector", "after_projector") and out.shape[-1] == expected
 
 
 @pytest.mark.parametrize("name", sorted(BUILD))
