@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo quickstart test bench lmms-eval-check gpu-check clean
+.PHONY: install demo quickstart test lint bench lmms-eval-check gpu-check clean
 
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ quickstart: install
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+# ruff with the pinned configuration in ruff.toml (line length, import order, unused and undefined names).
+lint: install
+	$(BIN)/python -m ruff check .
 
 bench: install
 	$(BIN)/braco cost --measure --device cpu --parts boundary --json outputs/bench_boundary.json

@@ -29,11 +29,18 @@ import torch.nn as nn
 from llava.cost.module import CostModel
 from llava.model.multimodal_projector.builder import mlp_projector
 from llava.model.multimodal_projector.plugins import (
-    BuildContext, BuiltProjector, CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin,
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    ModelNeeds,
+    ProjectorType,
+    RunInfo,
+    Setting,
+    register_plugin,
 )
 
+from .callbacks import BracoAnnealCallback
 from .coder import BracoCoder
-from .paper_scores import REFERENCE_SCORES
 from .config import (
     MM_KEYS,
     OFFICIAL_BUILDER_DEFAULTS,
@@ -47,7 +54,7 @@ from .config import (
 )
 from .coordinates import COORDINATE_ALIASES, COORDINATE_MODES, canonical_coordinates
 from .embedding import EMBEDDINGS
-from .callbacks import BracoAnnealCallback
+from .paper_scores import REFERENCE_SCORES
 from .schedule import DEFAULT_SCHEDULE, SCHEDULES, STAGE_TEMPERATURES, annealed_coders
 
 __all__ = ["PLUGIN", "braco_config_from_model_config", "build_braco_projector"]

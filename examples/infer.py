@@ -15,9 +15,7 @@ and not needed: this repository is the LLaVA code.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any

@@ -34,9 +34,9 @@ import copy
 import dataclasses
 import logging
 import re
+from collections.abc import Callable, Sequence
 from enum import Enum, auto
 from io import BytesIO
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN

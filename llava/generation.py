@@ -20,8 +20,8 @@ from PIL import Image
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
-from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
 from llava.devices import default_device, default_dtype, resolve_device
+from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError
 

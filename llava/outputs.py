@@ -28,8 +28,8 @@ import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-
 #: Markers deselected unless the ``-m`` expression names them: heavy or hardware-bound runs with their own make target.
 OPT_IN_MARKERS = {
     "slow": "heavy end-to-end checks (lmms-eval, `make lmms-eval-check`)",

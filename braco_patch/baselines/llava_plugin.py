@@ -37,7 +37,14 @@ import torch.nn as nn
 from llava.cost.module import CostModel
 from llava.model.multimodal_projector.builder import mlp_projector, resolve_projector
 from llava.model.multimodal_projector.plugins import (
-    BuildContext, BuiltProjector, CompressorPlugin, ModelNeeds, ProjectorType, RunInfo, Setting, register_plugin,
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    ModelNeeds,
+    ProjectorType,
+    RunInfo,
+    Setting,
+    register_plugin,
 )
 
 from ._common import multi_level_layers, region_scale
@@ -321,12 +328,18 @@ def _fouriervlm(context: BuildContext) -> BuiltProjector:
     _check_patch_features(context)
     cutoff = math.isqrt(budget)
     if cutoff * cutoff != budget:
-        raise ValueError(f"mm_projector_type {name!r}: Fourier-VLM keeps a CxC block of frequencies, so K must be a perfect square (4, 9, 16, 25, ...), got {budget}")
+        raise ValueError(
+            f"mm_projector_type {name!r}: Fourier-VLM keeps a CxC block of frequencies, so K must be a perfect square "
+            f"(4, 9, 16, 25, ...), got {budget}"
+        )
     if context.tower is not None:
         grid = context.tower.grid
         if cutoff > min(grid):
             accepted = [c * c for c in range(1, min(grid) + 1)]
-            raise ValueError(f"mm_projector_type {name!r} needs C={cutoff} but the {grid[0]}x{grid[1]} grid allows at most C={min(grid)}; accepted budgets: {accepted}")
+            raise ValueError(
+                f"mm_projector_type {name!r} needs C={cutoff} but the {grid[0]}x{grid[1]} grid allows at most C={min(grid)}; "
+                f"accepted budgets: {accepted}"
+            )
     settings = _Resolved(context)
     module = FourierVLM(context.mm_hidden, budget, rescale=bool(settings.get("mm_fouriervlm_rescale", False)))
     return BuiltProjector(CompressThenProject(module, context.mm_hidden, context.hidden), settings.keys)
@@ -387,13 +400,15 @@ def _cost_model(method: str, names: tuple[str, ...], *, square: bool = False) ->
 # ---------------------------------------------------------------------------------------------- declarations
 
 _K = r"_k(\d+)"
-_LAYERS_HELP = "tower hidden-state indices of the multi-level features, comma-separated (default: 12,16,22,23 on a 24-layer tower, the same relative depths otherwise)"
+_LAYERS_HELP = ("tower hidden-state indices of the multi-level features, comma-separated (default: 12,16,22,23 on a 24-layer tower, "
+                "the same relative depths otherwise)")
 
 PLUGINS = (
     register_plugin(CompressorPlugin(
         name="prumerge",
         projectors=(
-            ProjectorType(r"prumerge(?:_k(\d+))?", _prumerge, "PruMerge: CLS-attention top-K (or IQR outliers without _k) merged by key similarity, then mlp2x_gelu",
+            ProjectorType(r"prumerge(?:_k(\d+))?", _prumerge,
+                          "PruMerge: CLS-attention top-K (or IQR outliers without _k) merged by key similarity, then mlp2x_gelu",
                           examples=("prumerge_k4", "prumerge")),
             ProjectorType(r"prumerge_plus(?:_k(\d+))?", _prumerge, "PruMerge+: PruMerge plus spatially uniform samples, then mlp2x_gelu",
                           examples=("prumerge_plus_k9", "prumerge_plus")),
@@ -428,9 +443,12 @@ PLUGINS = (
         ),
         settings=(
             Setting("mm_mqt_num_queries", int, "Q, learned queries (the release: 256)", default=256, minimum=1),
-            Setting("mm_mqt_num_tokens", int, "K at inference, any 1..Q from one checkpoint (the release's --num_visual_tokens; default: the name's K, or Q)", minimum=1, runtime=True),
+            Setting("mm_mqt_num_tokens", int,
+                    "K at inference, any 1..Q from one checkpoint (the release's --num_visual_tokens; default: the name's K, or Q)",
+                    minimum=1, runtime=True),
             Setting("mm_mqt_heads", int, "attention heads", default=16, minimum=1),
-            Setting("mm_mqt_keys", str, "attention keys: the query grid's positions (the release) or the features", default="position", choices=("position", "features")),
+            Setting("mm_mqt_keys", str, "attention keys: the query grid's positions (the release) or the features",
+                    default="position", choices=("position", "features")),
             Setting("mm_mqt_nested", bool, "train with random nested prefix lengths (default: no in stage 1, yes in stage 2, as the release)"),
         ),
         key_prefixes=("mm_mqt_",),
@@ -456,7 +474,8 @@ PLUGINS = (
     )),
     register_plugin(CompressorPlugin(
         name="tokenpacker",
-        projectors=(ProjectorType(r"tokenpacker" + _K, _tokenpacker, "TokenPacker: point-to-region queries over multi-level features (K = (G/s)^2), then its MLP",
+        projectors=(ProjectorType(r"tokenpacker" + _K, _tokenpacker,
+                                  "TokenPacker: point-to-region queries over multi-level features (K = (G/s)^2), then its MLP",
                                  examples=("tokenpacker_k9",)),),
         settings=(
             Setting("mm_tokenpacker_layers", str, _LAYERS_HELP),

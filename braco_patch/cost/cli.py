@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
-from llava.devices import resolve_device, resolve_dtype
-from llava.outputs import guard_outputs, write_text
 from llava.cost.fast import FAST_MODES
 from llava.cost.flops import CONVENTION
 from llava.cost.pipeline import Accounting, cost_setting
 from llava.cost.presets import PipelineSpec, get_preset, list_presets, load_spec
+from llava.devices import resolve_device, resolve_dtype
+from llava.outputs import guard_outputs, write_text
 
 from ..argtypes import positive_int
 from ..config import NAME_PATTERN, PROJECTOR_PREFIX, BracoConfig

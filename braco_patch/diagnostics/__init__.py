@@ -12,8 +12,17 @@ Nothing here imports ``llava``.
 """
 
 from .energy import ALL_BASES, FIXED_BASES, energy_diagnostics, energy_retention
-from .learnability import (DEFAULT_BETA, DEFAULT_GAMMA, coordinate_scores, crossover_budget, crossover_scan,
-                           geo_penalty, learn_objective, stat_penalty, summarize_calibration)
+from .learnability import (
+                           DEFAULT_BETA,
+                           DEFAULT_GAMMA,
+                           coordinate_scores,
+                           crossover_budget,
+                           crossover_scan,
+                           geo_penalty,
+                           learn_objective,
+                           stat_penalty,
+                           summarize_calibration,
+)
 from .readability import DEFAULT_LAMBDA, compressibility, readability
 
 __all__ = ["ALL_BASES", "FIXED_BASES", "energy_diagnostics", "energy_retention", "DEFAULT_BETA", "DEFAULT_GAMMA",

@@ -24,11 +24,19 @@ import torch
 from ..argtypes import positive_int
 from . import energy as energy_mod
 from .data import InputError, list_images, load_labelled, open_image, resample_indices, split_indices
-from .learnability import (DEFAULT_BETA, DEFAULT_CUTOFFS, DEFAULT_GAMMA, GRAM_SCALES, crossover_scan,
-                           format_calibration_table, summarize_calibration)
+from .learnability import DEFAULT_BETA, DEFAULT_CUTOFFS, DEFAULT_GAMMA, GRAM_SCALES, crossover_scan, format_calibration_table, summarize_calibration
 from .readability import DEFAULT_LAMBDA, DEFAULT_PROBE_DIM, channel_projection, probe_diagnostics
-from .report import (calibration_summary, energy_summary, plot_crossover, plot_energy_curves, plot_energy_maps,
-                     plot_probe_curves, probe_summary, write_csv, write_json)
+from .report import (
+    calibration_summary,
+    energy_summary,
+    plot_crossover,
+    plot_energy_curves,
+    plot_energy_maps,
+    plot_probe_curves,
+    probe_summary,
+    write_csv,
+    write_json,
+)
 from .stats import DEFAULT_KEEP_GRAMS, MomentAccumulator, feature_batches, resampled_moments, token_moments
 from .tower import load_tower
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping
 
-
 __all__ = [
     "CONVENTION",
     "VisionDims",

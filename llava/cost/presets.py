@@ -301,8 +301,8 @@ def projector_depth(projector_type: str | None) -> int:
         return 2
     if projector_type == "linear":
         return 1
-    from llava.model.multimodal_projector.builtin import MLP_PATTERN
     from llava.model.multimodal_projector.builder import resolve_projector
+    from llava.model.multimodal_projector.builtin import MLP_PATTERN
 
     match = re.search(MLP_PATTERN + "$", projector_type)
     if match is not None:

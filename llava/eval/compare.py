@@ -43,8 +43,15 @@ from typing import Any, Mapping, Sequence
 
 from llava.eval.files import atomic_output, guard_outputs, read_json, write_json, write_text
 from llava.eval.summarize import (
-    EXTRA_BENCHMARKS, PAPER_BASELINE_NAME, column_label, input_files, load_scores, normalized_accuracy, published_scores,
-    ordered_benchmarks, score_files,
+    EXTRA_BENCHMARKS,
+    PAPER_BASELINE_NAME,
+    column_label,
+    input_files,
+    load_scores,
+    normalized_accuracy,
+    ordered_benchmarks,
+    published_scores,
+    score_files,
 )
 from llava.utils import UserError, cli_main, setup_logging
 

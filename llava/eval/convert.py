@@ -31,8 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from llava.eval.files import (
-    QUESTION_ID, atomic_output, check_records, guard_outputs, read_answers, read_json, read_jsonl, report_missing, write_json,
-    write_score, write_text,
+    QUESTION_ID,
+    atomic_output,
+    check_records,
+    guard_outputs,
+    read_answers,
+    read_json,
+    read_jsonl,
+    report_missing,
+    write_json,
+    write_score,
+    write_text,
 )
 from llava.eval.m4c_evaluator import EvalAIAnswerProcessor
 from llava.utils import UserError, setup_logging

@@ -43,11 +43,21 @@ from tqdm import tqdm
 from llava.eval.answers import AnswersFile
 from llava.eval.files import check_fields, guard_outputs, load_questions
 from llava.eval.items import (
-    BuildItems, EvalItem, ImageRef, LoaderSpec, answer_record, check_unique_items, chunk_bounds, get_chunk, ordinal, split_list,
+    BuildItems,
+    EvalItem,
+    ImageRef,
+    LoaderSpec,
+    answer_record,
+    check_unique_items,
+    chunk_bounds,
+    get_chunk,
+    ordinal,
+    split_list,
 )
+from llava.eval.provenance import Provenance, producer_record, records_fingerprint
+
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
-from llava.eval.provenance import Provenance, producer_record, records_fingerprint
 from llava.mm_utils import get_model_name_from_path
 from llava.utils import UserError, setup_logging
 

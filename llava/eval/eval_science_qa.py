@@ -26,8 +26,7 @@ import re
 from typing import Any, Sequence
 
 from llava.eval.files import guard_outputs, read_answers, read_json, report_missing, write_json, write_score
-from llava.utils import UserError
-from llava.utils import cli_main, setup_logging
+from llava.utils import UserError, cli_main, setup_logging
 
 DEFAULT_OPTIONS = ["A", "B", "C", "D", "E"]
 FAILED = "FAILED"

@@ -142,4 +142,7 @@ def judge_from_env(judge_model: str | None, default_model: str, *, max_retries: 
     return JudgeClient(base_url, api_key, model, max_retries=max_retries, timeout=timeout)
 
 
-__all__ = ["BASE_URL_ENV", "DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "DEFAULT_TIMEOUT", "KEY_ENV", "MODEL_ENV", "JudgeClient", "JudgeReply", "judge_from_env"]
+__all__ = [
+    "BASE_URL_ENV", "DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "DEFAULT_TIMEOUT", "KEY_ENV", "MODEL_ENV", "JudgeClient", "JudgeReply",
+    "judge_from_env",
+]

@@ -25,7 +25,6 @@ from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
 from llava.video import load_video
 
-
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None}
 

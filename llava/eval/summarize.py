@@ -24,7 +24,8 @@ Usage::
 Each file is an object with at least ``"score"`` (other fields are kept as details). Benchmarks without a
 file are shown as missing; SEED and Q-Bench are shown when present, after the Table-1 columns, and are not part of
 Acc. (the paper's Acc. is over its eight benchmarks). Any other ``*.json`` in the folder (besides the summary's own
-``summary.json`` and ``llava.eval.compare``'s ``cost.json``) is named in a warning as ignored. Instead of a folder, ``RESULTS_DIR`` (and ``--baseline``) may be one JSON file
+``summary.json`` and ``llava.eval.compare``'s ``cost.json``) is named in a warning as ignored. Instead of a folder,
+``RESULTS_DIR`` (and ``--baseline``) may be one JSON file
 mapping benchmark names to scores, e.g. ``{"gqa": 62.9, "MMB-EN": 65.5, "mme": {"score": 1785}}``;
 names are the keys above or the column names below, in any case. ``--baseline paper-vanilla`` uses the
 paper's Vanilla row (LLaVA-v1.5-7B, 576 tokens).

@@ -94,7 +94,8 @@ def load_pretrained_model(
             has no LLaVA keys (e.g. they come from ``customized_config`` / ``overwrite_config``); the folder's files
             still choose between full, stage-1 and LoRA.
         **kwargs: ``allow_missing_weights=True`` loads a full checkpoint that lacks some weights (they stay
-            randomly initialised; by default that is an error naming them). The rest is passed to ``from_pretrained``; ``dtype`` (or ``torch_dtype``) overrides the default, which
+            randomly initialised; by default that is an error naming them). The rest is passed to ``from_pretrained``;
+            ``dtype`` (or ``torch_dtype``) overrides the default, which
             is float16 on CUDA and float32 on every other device (:func:`llava.devices.default_dtype`).
 
     Returns:

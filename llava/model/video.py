@@ -285,6 +285,7 @@ def features_with_videos(
 
 __all__ = [
     "DEFAULT_NEWLINE_POSITION", "DEFAULT_POOL_MODE", "DEFAULT_POOL_STRIDE", "MODALITIES", "NEWLINE_POSITIONS",
-    "POOL_MODES", "VideoLayout", "check_modalities", "features_with_videos", "next_argument_order", "prompts_per_frame", "keeps_grid", "pool_frames", "pooled_grid", "video_layout",
+    "POOL_MODES", "VideoLayout", "check_modalities", "features_with_videos", "next_argument_order", "prompts_per_frame", "keeps_grid",
+    "pool_frames", "pooled_grid", "video_layout",
     "video_positions", "video_token_count", "video_tokens",
 ]

@@ -412,4 +412,7 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     return run_quickstart(args.out, config)
 
 
-__all__ = ["MARKER", "QuickstartConfig", "REDUCED", "VIDEO", "VIDEO_REDUCED", "build_models", "default_projectors", "expand_projectors", "main", "prepare_out", "run_quickstart", "validate_config"]
+__all__ = [
+    "MARKER", "QuickstartConfig", "REDUCED", "VIDEO", "VIDEO_REDUCED", "build_models", "default_projectors", "expand_projectors", "main",
+    "prepare_out", "run_quickstart", "validate_config",
+]

@@ -10,7 +10,8 @@ CUDA when available, else CPU.
 from __future__ import annotations
 
 if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
-    import os, sys  # noqa: E401
+    import os  # noqa: E401
+    import sys
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     from llava.serve import run_as_module
     run_as_module(__file__)

@@ -21,7 +21,8 @@ leaves, when a chunk exceeds the size bound, or after ``--stream-timeout`` secon
 from __future__ import annotations
 
 if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
-    import os, sys  # noqa: E401
+    import os  # noqa: E401
+    import sys
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     from llava.serve import run_as_module
     run_as_module(__file__)
@@ -48,7 +49,14 @@ from llava.utils import cli_main, setup_logging
 from .admission import AllowedHosts, WorkerRefused, parse_status, worker_origin
 from .flags import add_bind_flags, add_flag, add_request_limit_flags, add_server_limit_flags, request_limit, server_limits
 from .protocol import (
-    CHUNK_DELIMITER, NO_WORKER, WORKER_ERROR, WORKER_UNREACHABLE, StreamChunk, no_model_message, sentence, unreachable_message,
+    CHUNK_DELIMITER,
+    NO_WORKER,
+    WORKER_ERROR,
+    WORKER_UNREACHABLE,
+    StreamChunk,
+    no_model_message,
+    sentence,
+    unreachable_message,
 )
 from .webapi import DEFAULT_MAX_REQUEST_BYTES, bad_request, read_body, uvicorn_server
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from queue import Queue
 from collections.abc import Iterator, Sequence
+from queue import Queue
 from typing import Any
 
 import torch

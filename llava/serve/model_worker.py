@@ -17,7 +17,8 @@ compressor panel's JSON (:mod:`llava.serve.panels`; ``{"available": false}`` for
 At most ``--limit-model-concurrency`` requests run at once; the others wait (and count in
 ``queue_length``). At most ``--max-waiting-requests`` more may wait, and all held requests together carry at
 most ``--max-pending-mb`` of body: a request beyond either bound is refused at once, before its body is read,
-with HTTP 503 and upstream's error JSON ``{"text": "...", "error_code": 1}``. The worker registers with the controller once it is listening, then sends a heartbeat
+with HTTP 503 and upstream's error JSON ``{"text": "...", "error_code": 1}``. The worker registers with the controller once it is listening, then sends a
+heartbeat
 every ``--heartbeat-interval`` seconds and registers again whenever the controller has forgotten it.
 Without ``--worker-address`` the worker announces ``http://<host>:<port>`` (``localhost`` for 127.0.0.1).
 """
@@ -25,7 +26,8 @@ Without ``--worker-address`` the worker announces ``http://<host>:<port>`` (``lo
 from __future__ import annotations
 
 if __name__ == "__main__" and not __package__:  # started as a file: run as ``python -m llava.serve.<name>``
-    import os, sys  # noqa: E401
+    import os  # noqa: E401
+    import sys
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     from llava.serve import run_as_module
     run_as_module(__file__)
@@ -50,8 +52,15 @@ from llava.utils import UserError, cli_main, setup_logging
 from .admission import AllowedHosts, WorkerRefused, worker_origin
 from .engine import ModelEngine
 from .flags import (
-    add_bind_flags, add_flag, add_image_limit_flags, add_model_flags, add_request_limit_flags, add_server_limit_flags,
-    image_limits, request_limit, server_limits,
+    add_bind_flags,
+    add_flag,
+    add_image_limit_flags,
+    add_model_flags,
+    add_request_limit_flags,
+    add_server_limit_flags,
+    image_limits,
+    request_limit,
+    server_limits,
 )
 from .protocol import WORKER_ERROR, sentence
 from .webapi import DEFAULT_MAX_REQUEST_BYTES, PendingLimit, bad_request, read_body, uvicorn_server

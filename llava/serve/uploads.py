@@ -4,8 +4,9 @@ gradio stores every file posted to ``/gradio_api/upload`` in its cache before an
 its type, and keeps it there. :class:`ImageUploadsOnly` wraps the page's app: after gradio stored an upload,
 each stored file is checked from its header (:func:`llava.serve.images.check_image_file`: type, size, pixel
 count; else :func:`llava.serve.video_input.check_video_file`: a container with a video stream within the same
-limits); if one is neither, every file of that upload is deleted and the client gets HTTP 400 with one sentence. Accepted uploads stay in the cache until the page's own cleanup (``delete_cache``, see
-:mod:`llava.serve.chat_ui`) removes them.
+limits); if one is neither, every file of that upload is deleted and the client gets HTTP 400 with one sentence.
+Accepted uploads stay in the cache until the page's own cleanup (``delete_cache``, see :mod:`llava.serve.chat_ui`)
+removes them.
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@ decoded with LLaVA-NeXT's frame rule (:mod:`llava.video`) and prepared as one ``
 
 from __future__ import annotations
 
-import os
-
 import base64
 import binascii
+import os
 from typing import Any
 
 import torch

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
-from starlette.requests import ClientDisconnect
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import torch
 
 from .tiny_tokenizers import PathLike, prepare_dir
 
+
 def save_tiny_model(model_factory: Any, path: Path, seed: int) -> None:
     """Build ``model_factory()`` under ``seed`` (without touching the global RNG) and ``save_pretrained`` it."""
     with torch.random.fork_rng(devices=[]):
@@ -52,8 +53,7 @@ def build_tiny_clip_tower(
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTextConfig, CLIPVisionConfig
-    from transformers import CLIPVisionModel
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTextConfig, CLIPVisionConfig, CLIPVisionModel
 
     _check_tiling(image_size, patch_size, exact=True)
     vision = CLIPVisionConfig(
@@ -105,8 +105,7 @@ def build_tiny_siglip_tower(
     Returns:
         ``out_dir`` as a ``Path``.
     """
-    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipTextConfig, SiglipVisionConfig
-    from transformers import SiglipVisionModel
+    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel, SiglipTextConfig, SiglipVisionConfig, SiglipVisionModel
     from transformers.image_utils import PILImageResampling
 
     filters = {"bicubic": PILImageResampling.BICUBIC, "bilinear": PILImageResampling.BILINEAR}

@@ -28,7 +28,6 @@ import math
 import os
 import random
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 

@@ -24,7 +24,6 @@ from transformers.trainer import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from .recipe import data_seed
 from .resume import begin_checkpoint, finish_checkpoint
-
 from .saving import load_non_lora_checkpoint, load_projector_checkpoint, save_lora_extras, save_projector
 
 logger = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ from llava.model.compressor_text import text_need
 from llava.outputs import MARKER, check_output_folder, check_outputs, disk_errors, is_ours, write_text
 from llava.train.arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
 from llava.train.data_mixture import source_files
-from llava.train.llava_trainer import LLaVATrainer, LengthGroupedSampler
+from llava.train.llava_trainer import LengthGroupedSampler, LLaVATrainer
 from llava.train.model_setup import (
     apply_lora,
     check_deepspeed_support,

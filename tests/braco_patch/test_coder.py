@@ -82,10 +82,14 @@ def _float64_braco(coder: BracoCoder, x: torch.Tensor) -> torch.Tensor:
         for dh, dw in ((1, 0), (-1, 0), (0, 1), (0, -1)):
             shifted = torch.roll(grid, shifts=(dh, dw), dims=(1, 2))
             valid = torch.ones(n, n, dtype=torch.bool)
-            if dh == 1: valid[0] = False
-            if dh == -1: valid[-1] = False
-            if dw == 1: valid[:, 0] = False
-            if dw == -1: valid[:, -1] = False
+            if dh == 1:
+                valid[0] = False
+            if dh == -1:
+                valid[-1] = False
+            if dw == 1:
+                valid[:, 0] = False
+            if dw == -1:
+                valid[:, -1] = False
             e += ((grid - shifted) ** 2).sum(-1) * valid
         e = e.flatten(1)
         e = (e - e.mean(1, keepdim=True)) / (e.std(1, keepdim=True) + 1e-6)

@@ -17,8 +17,8 @@ from llava.conversation import (
     SeparatorStyle,
     conv_templates,
     default_conversation,
-    resolve_conv_mode,
     is_stage1_name,
+    resolve_conv_mode,
     stage1_template,
     template_for_model,
 )

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from llava.generation import GenerationConfig, check_generation_values
 from llava.devices import resolve_device
+from llava.generation import GenerationConfig, check_generation_values
 from llava.utils import UserError
 
 

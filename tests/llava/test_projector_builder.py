@@ -8,10 +8,10 @@ import torch
 import torch.nn as nn
 
 from braco_patch import BracoCoder
-from braco_patch.config import PROJECTOR_PATTERN
 from llava.model.multimodal_projector.builder import build_vision_projector, list_projectors, resolve_projector
-from llava.testing.registry import registered_examples
 from llava.model.multimodal_projector.plugins import CompressorInputs, projector_needs
+from llava.testing.registry import registered_examples
+
 
 def _config(name, **extra):
     return SimpleNamespace(mm_projector_type=name, mm_hidden_size=32, hidden_size=32 if name == "identity" else 48, **extra)

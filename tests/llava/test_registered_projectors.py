@@ -14,14 +14,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from llava.cost.module import CostSetting, module_cost
 from llava.cost.flops import LMDims
+from llava.cost.module import CostSetting, module_cost
 from llava.mm_utils import get_model_name_from_path
 from llava.model.builder import load_pretrained_model
 from llava.model.multimodal_projector.builder import build_vision_projector
 from llava.model.multimodal_projector.plugins import ModelNeeds, plugin_for, projector_needs
 from llava.testing.registry import registered_examples
-
 
 #: The width of the session's tiny CLIP tower (tests/conftest.py's ``tiny_tower_dir``).
 TOWER_WIDTH = 32

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-
 #: The text a compressor may ask for (:attr:`ModelNeeds.text`): each sample's question (the first user turn,
 #: image markers removed, tokenized on its own as the tokenizer encodes a text), or the whole prompt
 #: (every non-target token of the sample: system text, roles, every turn).

@@ -2,7 +2,9 @@
 LlavaQwenForCausalLM, feed the same pixels and ids through NeXT's prepare_inputs_labels_for_multimodal, compare."""
 import sys
 from pathlib import Path
+
 import torch
+
 from llava.model.language_model.llava_qwen import LlavaQwenForCausalLM
 
 root = Path(sys.argv[1])
@@ -19,7 +21,8 @@ with torch.no_grad():
         _, pos, mask, _, embeds, _ = model.prepare_inputs_labels_for_multimodal(inputs["ids"], None, None, None, None, [inputs["pixels"]], ["video"], None)
         logits = model(inputs_embeds=embeds, attention_mask=mask, position_ids=pos).logits
         assert embeds.shape == mine["embeds"].shape, (key, embeds.shape, mine["embeds"].shape)
-        e = (embeds - mine["embeds"]).abs().max().item(); l = (logits - mine["logits"]).abs().max().item()
-        worst_e, worst_l = max(worst_e, e), max(worst_l, l)
-        print(f"{key:22s} tokens {embeds.shape[1]:4d}  max|d embeds| {e:.2e}  max|d logits| {l:.2e}")
+        embeds_error = (embeds - mine["embeds"]).abs().max().item()
+        logits_error = (logits - mine["logits"]).abs().max().item()
+        worst_e, worst_l = max(worst_e, embeds_error), max(worst_l, logits_error)
+        print(f"{key:22s} tokens {embeds.shape[1]:4d}  max|d embeds| {embeds_error:.2e}  max|d logits| {logits_error:.2e}")
 print(f"worst: embeds {worst_e:.2e}, logits {worst_l:.2e}")

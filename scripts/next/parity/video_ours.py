@@ -1,16 +1,21 @@
 """Our side of the NeXT video parity check: build a tiny NeXT-format checkpoint (llava_qwen + a 9x9 CLIP tower,
 spatial_unpad, NeXT's video keys), the frame pixels and prompt ids, and our inputs_embeds / logits for every
 mm_newline_position x mm_spatial_pool_mode. Run with the project's venv."""
-import json, sys
+import json
+import sys
 from pathlib import Path
-import numpy as np, torch
-from llava.testing.tiny import build_tiny_clip_tower, build_tiny_llava_checkpoint, train_tiny_qwen_tokenizer
-from llava.model.builder import load_pretrained_model
-from llava.mm_utils import process_video, tokenizer_image_token
-from llava.conversation import conv_templates
-from llava.constants import IMAGE_TOKEN_INDEX
 
-root = Path(sys.argv[1]); root.mkdir(parents=True, exist_ok=True)
+import numpy as np
+import torch
+
+from llava.constants import IMAGE_TOKEN_INDEX
+from llava.conversation import conv_templates
+from llava.mm_utils import process_video, tokenizer_image_token
+from llava.model.builder import load_pretrained_model
+from llava.testing.tiny import build_tiny_clip_tower, build_tiny_llava_checkpoint, train_tiny_qwen_tokenizer
+
+root = Path(sys.argv[1])
+root.mkdir(parents=True, exist_ok=True)
 if not (root / "llava-qwen-next-tiny" / "config.json").exists():
     tok = train_tiny_qwen_tokenizer(root / "tok")
     tower = build_tiny_clip_tower(root / "clip-tower", image_size=54, patch_size=6)

@@ -22,6 +22,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from braco_patch.baselines import PruMerge
+from braco_patch.view import lowpass_view
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.eval import core, model_vqa_loader
 from llava.mm_utils import process_images
@@ -29,7 +30,6 @@ from llava.model.builder import load_pretrained_model
 from llava.model.multimodal_projector.plugins import RunInfo, apply_runtime_settings, plugin_for
 from llava.serve.engine import ModelEngine
 from llava.serve.panels import compute_view
-from braco_patch.view import lowpass_view
 from tests.llava.train.conftest import stage1_flags, stage2_flags, train_data  # noqa: F401 (train_data: fixture)
 
 #: Trained projector types (budgets that fit the 6x6 test grid) and their extra training flags.

@@ -17,7 +17,15 @@ from llava.cost.module import CostModel, CostSetting, ModuleCost, module_cost
 from llava.cost.pipeline import cost_setting, projector_pipeline_flops
 from llava.cost.presets import get_preset, load_spec
 from llava.model.multimodal_projector.builder import mlp_projector
-from llava.model.multimodal_projector.plugins import BuildContext, BuiltProjector, CompressorPlugin, ModelNeeds, ProjectorType, register_plugin, unregister_plugin
+from llava.model.multimodal_projector.plugins import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    ModelNeeds,
+    ProjectorType,
+    register_plugin,
+    unregister_plugin,
+)
 
 from .conftest import TINY_LLM, TINY_TOWER
 

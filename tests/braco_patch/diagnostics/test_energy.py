@@ -8,9 +8,18 @@ import torch
 
 from braco_patch.basis import dct_matrix, make_basis, random_orthogonal
 from braco_patch.coordinates import coordinate_matrix
-from braco_patch.diagnostics.energy import (FIXED_BASES, basis_operator, coherence, energy_diagnostics,
-                                            energy_map, energy_retention, klt_operator, magnitude_curve,
-                                            structured_curve, structured_order)
+from braco_patch.diagnostics.energy import (
+    FIXED_BASES,
+    basis_operator,
+    coherence,
+    energy_diagnostics,
+    energy_map,
+    energy_retention,
+    klt_operator,
+    magnitude_curve,
+    structured_curve,
+    structured_order,
+)
 
 from .conftest import random_moment, second_moment
 

@@ -5,10 +5,20 @@ import torch
 
 from braco_patch.basis import dct_matrix, random_orthogonal
 from braco_patch.coordinates import coordinate_matrix
-from braco_patch.diagnostics.learnability import (DEFAULT_BETA, DEFAULT_GAMMA, CoordinateScores, block_gram,
-                                                  coordinate_scores, crossover_budget, crossover_scan,
-                                                  format_calibration_table, geo_penalty, learn_objective,
-                                                  stat_penalty, summarize_calibration)
+from braco_patch.diagnostics.learnability import (
+    DEFAULT_BETA,
+    DEFAULT_GAMMA,
+    CoordinateScores,
+    block_gram,
+    coordinate_scores,
+    crossover_budget,
+    crossover_scan,
+    format_calibration_table,
+    geo_penalty,
+    learn_objective,
+    stat_penalty,
+    summarize_calibration,
+)
 
 from .conftest import random_moment, second_moment
 

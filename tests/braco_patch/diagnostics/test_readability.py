@@ -6,8 +6,15 @@ import torch
 
 from braco_patch.basis import random_orthogonal
 from braco_patch.diagnostics.energy import FIXED_BASES, basis_operator, energy_retention, structured_order
-from braco_patch.diagnostics.readability import (RidgeProbe, channel_projection, compressibility, probe_diagnostics,
-                                                 readability, readability_curve, task_direction)
+from braco_patch.diagnostics.readability import (
+    RidgeProbe,
+    channel_projection,
+    compressibility,
+    probe_diagnostics,
+    readability,
+    readability_curve,
+    task_direction,
+)
 
 from .conftest import random_moment, second_moment
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from braco_patch.diagnostics.data import (InputError, list_images, load_labelled, resample_indices, split_indices)
+from braco_patch.diagnostics.data import InputError, list_images, load_labelled, resample_indices, split_indices
 from braco_patch.diagnostics.stats import MomentAccumulator, resampled_moments, token_moments
 from braco_patch.diagnostics.tower import load_tower
 
@@ -162,8 +162,7 @@ def test_towers_come_from_the_llava_registry(image_folder, tmp_path, monkeypatch
     from PIL import Image
     from transformers import SiglipVisionModel
 
-    from llava.model.multimodal_encoder import SiglipVisionTower
-    from llava.model.multimodal_encoder import registry
+    from llava.model.multimodal_encoder import SiglipVisionTower, registry
     from llava.testing.tiny import build_tiny_siglip_tower
 
     folder = build_tiny_siglip_tower(tmp_path / "siglip", image_size=54, patch_size=6, full_model=True)

@@ -3,8 +3,7 @@ and against torch.profiler on the instantiated tiny models."""
 
 import pytest
 import torch
-from transformers import CLIPVisionConfig, CLIPVisionModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-from transformers import SiglipVisionConfig
+from transformers import CLIPVisionConfig, CLIPVisionModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, SiglipVisionConfig
 
 from llava.cost.flops import (
     LMDims,

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from llava.constants import IGNORE_INDEX, IMAGE_TOKEN_INDEX as IMG
+from llava.constants import IGNORE_INDEX
+from llava.constants import IMAGE_TOKEN_INDEX as IMG
 from llava.model.splice import (
     check_no_image_markers,
     images_per_sample,

@@ -17,10 +17,10 @@ from llava.eval.files import read_jsonl
 from llava.model.language_model.registry import language_model_for_checkpoint
 from llava.model.multimodal_encoder import CLIPVisionTower, SiglipVisionTower
 from llava.model.multimodal_encoder.registry import resolve_vision_tower
-from llava.testing.tiny import TINY_LLM_CONFIG_KEYS, TINY_TOKENIZER_BUILDERS, TINY_TOWER_BUILDERS
 from llava.quickstart.backbones import BACKBONES, DEFAULT_BACKBONE, resolve_backbone
 from llava.quickstart.run import QuickstartConfig, answer_flags, build_models, build_parser, finetune_flags, main, run_quickstart
 from llava.quickstart.scenes import DatasetFiles, corpus
+from llava.testing.tiny import TINY_LLM_CONFIG_KEYS, TINY_TOKENIZER_BUILDERS, TINY_TOWER_BUILDERS
 
 #: What each backbone must turn into, written out by hand: (tower class, LLaVA model_type, template, CLS tokens).
 EXPECTED = {

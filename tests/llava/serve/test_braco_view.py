@@ -13,10 +13,10 @@ import pytest
 import torch
 from PIL import Image
 
-from braco_patch.coder import BracoCoder
-from llava.mm_utils import process_images
 from braco_patch.basis import dct_rows
+from braco_patch.coder import BracoCoder
 from braco_patch.view import find_coder, lowpass_view
+from llava.mm_utils import process_images
 from llava.serve.panels import compute_view, render_png, view_for, view_payload
 
 from .conftest import png_bytes

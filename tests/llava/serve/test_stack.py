@@ -180,10 +180,9 @@ def test_gradio_client_gets_a_streamed_answer_and_the_braco_panel(
 def test_gradio_bad_uploads_and_empty_question_get_clear_messages(
     serving_stack: ServingStack, tiny_image_file: Path, huge_png: Path, not_an_image: Path
 ) -> None:
+    import httpx
     from gradio_client import Client, handle_file
     from gradio_client.exceptions import AppError
-
-    import httpx
 
     client = Client(serving_stack.web_url, verbose=False)
     # Files that are not acceptable images are refused when they are uploaded (HTTP 400, one sentence)...

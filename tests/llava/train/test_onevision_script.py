@@ -31,7 +31,7 @@ def test_dry_run_is_next_s_onevision_recipe(method: str, projector: str) -> None
     result = _run(method, DRY_RUN="1")
     assert result.returncode == 0, result.stderr
     stage1, stage2 = (shlex.split(line) for line in result.stdout.splitlines())
-    (m1, d1, t1), (m2, d2, t2) = parse_command(stage1), parse_command(stage2)
+    (m1, _, t1), (m2, d2, t2) = parse_command(stage1), parse_command(stage2)
     # stage 1 as NeXT's pretrain_siglip.sh: only the projector, BLIP-558K, lr 1e-3, 8192 tokens
     assert (m1.mm_tunable_parts, m1.version, t1.learning_rate, t1.model_max_length) == ("mm_mlp_adapter", "plain", 1e-3, 8192)
     # stage 2 as NeXT's finetune_ov.sh: every part, the tower at 2e-6, anyres_max_9 over (1x1)..(6x6), spatial_unpad
