@@ -17,6 +17,7 @@ from llava.cost.flops import projector_flops
 from llava.cost.module import CostSetting, ModuleCost, module_cost, types_at_budget
 from llava.cost.pipeline import Accounting, projector_pipeline_flops
 from llava.cost.presets import PipelineSpec
+from llava.cost.video import Video
 
 from ..baselines.module_flops import MODULE_FLOPS, baseline_module_flops
 from ..config import BracoConfig
@@ -129,11 +130,13 @@ def _fits(projector_type: str, setting: CostSetting) -> bool:
 
 
 def types_table(
-    spec: PipelineSpec, types: Sequence[str], acc: Accounting, setting: CostSetting, config: Any = None
+    spec: PipelineSpec, types: Sequence[str], acc: Accounting, setting: CostSetting, config: Any = None,
+    video: Video | None = None,
 ) -> list[dict[str, Any]]:
     """K, boundary, pre/post module FLOPs and full-pipeline FLOPs of each projector type (vanilla ``mlp2x_gelu`` first).
 
-    ``config``: a checkpoint's config; the type it names is costed with its stored settings.
+    ``config``: a checkpoint's config; the type it names is costed with its stored settings. ``video``: the full
+    pipeline is one video's (:mod:`llava.cost.video`); the module columns stay per view (one frame).
     """
     rows = []
     for name in dict.fromkeys([f"mlp{spec.projector_depth}x_gelu", *types]):
@@ -142,12 +145,13 @@ def types_table(
         pipe = projector_pipeline_flops(
             spec, name, prompt_tokens=acc.prompt_tokens, count_attention=acc.count_attention, lm_head=acc.lm_head,
             vision_layers=acc.vision_layers, computation=acc.computation, question_tokens=setting.prompt_tokens, config=own,
+            video=video,
         )
         rows.append({"type": name, **cost.to_dict(), "pipeline": pipe})
     return rows
 
 
-def format_types(rows: Sequence[dict[str, Any]], spec: PipelineSpec, acc: Accounting) -> str:
+def format_types(rows: Sequence[dict[str, Any]], spec: PipelineSpec, acc: Accounting, video: Video | None = None) -> str:
     from .report import unit_for
 
     scale, unit = unit_for(r["post"] for r in rows)
@@ -155,6 +159,7 @@ def format_types(rows: Sequence[dict[str, Any]], spec: PipelineSpec, acc: Accoun
     lines = [
         f"(g) projector types on {spec.name} (one view): module cost asked of each type's plugin (its cost model)",
         f"    full pipeline: {acc.describe()}",
+        *([f"    pipeline and LLM tok: {video.describe()}"] if video is not None else []),
         f"{'type':<24} {'K':>5} {'bound.':>6} {'pre ' + unit:>9} {'post ' + unit:>9} {'pipeline ' + big_unit:>11} {'LLM tok':>7}",
     ]
     for r in rows:

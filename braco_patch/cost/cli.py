@@ -2,7 +2,7 @@
 
     braco cost [--preset llava-v1.5-7b | --config PATH [--vision-config PATH]] [--input-tokens N]
                [--budgets 4 9 16 25 | --projector braco_c3s7 mlp2x_gelu TYPE ... | --projector all] [--prompt-tokens 52]
-               [--table pipeline|compressors] [--question-tokens 7]
+               [--table pipeline|compressors] [--question-tokens 7] [--frames T]
                [--count-attention | --no-count-attention] [--lm-head all|last] [--vision-layers all|selected|N]
                [--json FILE]
                [--measure [--device cpu|cuda] [--dtype D] [--warmup 20] [--iters 100] [--batch-sizes 1 2 4 ...]
@@ -12,9 +12,10 @@ Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1)
 paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
 every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`llava.cost.module`); with ``--measure``,
 (d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
-``--table compressors`` prints (f) instead: the paper's module-cost table, method by method (:mod:`.by_type`). The defaults are the
-accounting that reproduces the paper (see :mod:`braco_patch.cost.pipeline`); the engine is :mod:`llava.cost`. Also
-``python -m braco_patch.cost``.
+``--frames T`` makes tables (a) and (g) one video's prefill: T frames through the tower, compressor and projector,
+the LLM over their tokens (:mod:`llava.cost.video`). ``--table compressors`` prints (f) instead: the paper's
+module-cost table, method by method (:mod:`.by_type`). The defaults are the accounting that reproduces the paper (see
+:mod:`braco_patch.cost.pipeline`); the engine is :mod:`llava.cost`. Also ``python -m braco_patch.cost``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from llava.cost.fast import FAST_MODES
 from llava.cost.flops import CONVENTION
 from llava.cost.pipeline import Accounting, cost_setting
 from llava.cost.presets import PipelineSpec, get_preset, list_presets, load_spec
+from llava.cost.video import Video, frame_inputs, video_setting
 from llava.devices import resolve_device, resolve_dtype
 from llava.outputs import guard_outputs, write_text
 
@@ -75,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--table", choices=["pipeline", "compressors"], default="pipeline",
                      help="pipeline: tables (a)-(c) (+ (g) for --projector); compressors: the paper's module-cost table "
                           "(tab:main_compressor_cost) at each of --budgets, method by method")
+    src.add_argument("--frames", type=positive_int, default=None,
+                     help="cost one video of T frames instead of one image (LLaVA-NeXT / OneVision): tower, compressor "
+                          "and projector once per frame, the LLM over every frame's tokens (NeXT's 2-D pool on the "
+                          "vanilla grid; a --config's mm_spatial_pool_* / mm_newline_position keys) + the prompt; "
+                          "analytic only (not with --measure or --table compressors)")
     src.add_argument("--question-tokens", "--question_tokens", type=int, default=7,
                      help="question tokens of a prompt-conditioned module's LLM pass (QueCC; default %(default)s)")
     acc = p.add_argument_group("accounting (defaults reproduce the paper)")
@@ -172,8 +179,27 @@ def _check_layer_counts(args: argparse.Namespace, spec: PipelineSpec) -> None:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
 
 
+def _check_frames(args: argparse.Namespace) -> None:
+    """``--frames`` costs the pipeline tables analytically; refuse what it does not cover rather than ignore it."""
+    if args.frames is None:
+        return
+    if args.table == "compressors":
+        raise ValueError("--frames costs the pipeline tables; --table compressors is the per-image module table, so drop one of them")
+    if args.measure:
+        raise ValueError("--frames is analytic only (--measure times one image per row, without NeXT's 2-D pool); "
+                         "run --frames and --measure separately")
+
+
+def _video(args: argparse.Namespace, spec: PipelineSpec, inputs) -> Video | None:
+    """The video ``--frames`` asks for, laid out by ``--config``'s video keys (NeXT's defaults for a preset)."""
+    if args.frames is None:
+        return None
+    return video_setting(args.frames, spec.grid(inputs[0]), _checkpoint_config(args))
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build every table (and measurement) for parsed ``args``; prints them; returns the JSON-able result."""
+    _check_frames(args)
     if args.table == "compressors":
         return _run_compressors(args, _spec(args))
     if args.measure:  # refuse what this machine cannot run before printing anything
@@ -181,7 +207,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError("--fast cudagraph needs --device cuda; use --fast compile or none on cpu")
     spec = _spec(args)
     _check_layer_counts(args, spec)
-    inputs = spec.input(args.input_tokens)
+    inputs = spec.input(args.input_tokens) if args.frames is None else frame_inputs(spec, args.input_tokens)
+    video = _video(args, spec, inputs)
     allocations = _allocations(args, spec, inputs)
     cap = args.vision_layers if isinstance(args.vision_layers, int) else None
     acc = Accounting(prompt_tokens=args.prompt_tokens, count_attention=args.count_attention, lm_head=args.lm_head,
@@ -189,19 +216,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "pipeline_name": spec.name, "description": spec.description, "accounting": acc.to_dict(),
         "vision_layer_cap": cap, "convention": CONVENTION,
-        "pipeline": pipeline_table(spec, inputs, allocations, acc, vision_layers=cap),
+        "pipeline": pipeline_table(spec, inputs, allocations, acc, vision_layers=cap, video=video),
         "stages": stage_table(spec, inputs, allocations),
         "boundary": boundary_table(spec, inputs, allocations),
     }
+    if video is not None:
+        result["frames"] = video.frames
+        result["video"] = video.describe()
     print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py)")
-    print(format_pipeline(result["pipeline"], spec, inputs, acc), end="\n\n")
+    print(format_pipeline(result["pipeline"], spec, inputs, acc, video), end="\n\n")
     print(format_stages(result["stages"]), end="\n\n")
     print(format_boundary(result["boundary"], spec))
     types = _types(args, spec)
     setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
     if args.projector:
-        result["types"] = types_table(spec, types, acc, setting, _checkpoint_config(args))
-        print("\n" + format_types(result["types"], spec, acc))
+        result["types"] = types_table(spec, types, acc, setting, _checkpoint_config(args), video)
+        print("\n" + format_types(result["types"], spec, acc, video))
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
         if args.projector:

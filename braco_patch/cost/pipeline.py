@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from llava.cost.flops import elementwise, llm_prefill_flops, projector_flops, total, vision_layers_run, vision_tower_flops
 from llava.cost.pipeline import Accounting
 from llava.cost.presets import InputSpec, PipelineSpec
+from llava.cost.video import Video
 
 from ..config import BracoConfig
 from . import paper
@@ -24,7 +25,7 @@ __all__ = ["PipelineCost", "pipeline_cost", "prompt_range", "allocation_label"]
 
 @dataclass(frozen=True)
 class PipelineCost:
-    """FLOPs of one image's prefill, by part."""
+    """FLOPs of one image's (or one video's) prefill, by part."""
 
     label: str
     visual_tokens: int
@@ -61,11 +62,15 @@ def pipeline_cost(
     llm_layers: int | None = None,
     vision_layers: int | None = None,
     batch: int = 1,
+    video: Video | None = None,
 ) -> PipelineCost:
     """Prefill FLOPs of ``spec`` on ``inp`` with a Braco ``allocation`` per view (``None``: vanilla projector).
 
     ``llm_layers``/``vision_layers`` cap the layer counts (to match a capped measured run); ``batch`` images
     go through one call of each module (the compressor's input-independent work is done once per call).
+    With ``video`` (:func:`llava.cost.video.video_setting`), ``inp`` is one frame (a single view) and the cost is
+    one video's: its frames through the tower, the coder and the MLP in one call each, the LLM over the video's
+    tokens (the model's pool and newline rule).
     """
     vdims, ldims = spec.vision_dims, spec.lm_dims.capped(llm_layers)
     grid = spec.grid(inp)
@@ -73,20 +78,29 @@ def pipeline_cost(
     if vision_layers is not None:
         layers = min(layers, vision_layers)
     vision = total(vision_tower_flops(vdims, image_size=inp.image_size, layers=layers, count_attention=acc.count_attention))
+    if video is not None and (inp.views != 1 or video.layout.grid != grid):
+        raise ValueError(f"a video frame is one view of grid {video.layout.grid}; input {inp.label} has {inp.views} of {grid}")
+    units = inp.views if video is None else video.frames  # tower inputs per image or per video
     if allocation is None:
         per_view_tokens, compressor, compressor_ew = None, 0, 0
     else:
         check_allocation(allocation, grid, f"budget {allocation.output_tokens} ({allocation.name})")
         per_view_tokens = allocation.output_tokens
-        parts = compressor_flops(allocation, spec.mm_hidden, grid, acc.computation, batch=batch * inp.views)
+        parts = compressor_flops(allocation, spec.mm_hidden, grid, acc.computation, batch=batch * units)
         compressor, compressor_ew = total(parts), elementwise(parts)
-    visual = spec.visual_tokens(inp, per_view_tokens)  # the model's own count (flat merge), base view + crops
-    projector = total(projector_flops(visual, spec.mm_hidden, ldims.hidden, spec.projector_depth))
+    if video is None:
+        visual = spec.visual_tokens(inp, per_view_tokens)  # the model's own count (flat merge), base view + crops
+        projected = visual
+    else:
+        # the MLP runs on every frame's tokens; NeXT's pool (a grid-keeping projector) comes after it
+        per_frame = grid[0] * grid[1] if per_view_tokens is None else per_view_tokens
+        visual, projected = video.tokens(per_frame), per_frame * video.frames
+    projector = total(projector_flops(projected, spec.mm_hidden, ldims.hidden, spec.projector_depth))
     llm_tokens = visual + acc.prompt_tokens
     llm = total(llm_prefill_flops(ldims, llm_tokens, count_attention=acc.count_attention, lm_head=acc.lm_head))
     return PipelineCost(
         label=allocation_label(allocation), visual_tokens=visual, llm_tokens=llm_tokens,
-        vision=vision * inp.views * batch, compressor=compressor, projector=projector * batch, llm=llm * batch,
+        vision=vision * units * batch, compressor=compressor, projector=projector * batch, llm=llm * batch,
         compressor_elementwise=compressor_ew,
     )
 

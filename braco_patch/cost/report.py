@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from llava.cost.flops import projector_flops, total
 from llava.cost.pipeline import Accounting
 from llava.cost.presets import InputSpec, PipelineSpec
+from llava.cost.video import Video
 
 from ..config import BRACO_BUDGETS, BracoConfig
 from . import paper
@@ -68,15 +69,17 @@ def _grids(spec: PipelineSpec, inputs: Iterable[InputSpec]) -> list[tuple[int, i
 # -- (a) pipeline ------------------------------------------------------------------------------------
 def pipeline_table(
     spec: PipelineSpec, inputs: Iterable[InputSpec], allocations: list[BracoConfig], acc: Accounting,
-    *, llm_layers: int | None = None, vision_layers: int | None = None,
+    *, llm_layers: int | None = None, vision_layers: int | None = None, video: Video | None = None,
 ) -> list[dict[str, Any]]:
+    """Rows of table (a), one image per row, or one video of ``video.frames`` frames (``inputs`` are then frames;
+    the paper's Table 1 is per image, so video rows have no paper column)."""
     ours_acc = Accounting(**{**acc.to_dict(), "computation": "ours"})
     rows = []
     for inp in inputs:
-        refs = paper.pipeline_tflops(spec.name, inp.label)
+        refs = paper.pipeline_tflops(spec.name, inp.label) if video is None else {}
         for alloc in [None, *allocations]:
-            cost = pipeline_cost(spec, inp, alloc, acc, llm_layers=llm_layers, vision_layers=vision_layers)
-            ours = pipeline_cost(spec, inp, alloc, ours_acc, llm_layers=llm_layers, vision_layers=vision_layers)
+            cost = pipeline_cost(spec, inp, alloc, acc, llm_layers=llm_layers, vision_layers=vision_layers, video=video)
+            ours = pipeline_cost(spec, inp, alloc, ours_acc, llm_layers=llm_layers, vision_layers=vision_layers, video=video)
             ref = refs.get("vanilla") if alloc is None else (refs.get(alloc.output_tokens) if _paper_key(alloc) else None)
             rows.append({
                 "input": inp.label, "views": inp.views, **cost.to_dict(), "total_ours": ours.total,
@@ -85,12 +88,16 @@ def pipeline_table(
     return rows
 
 
-def format_pipeline(rows: list[dict[str, Any]], spec: PipelineSpec, inputs: Iterable[InputSpec], acc: Accounting) -> str:
+def format_pipeline(
+    rows: list[dict[str, Any]], spec: PipelineSpec, inputs: Iterable[InputSpec], acc: Accounting, video: Video | None = None
+) -> str:
     big, bu = unit_for(r["total"] for r in rows)
     small, su = unit_for([r["compressor"] for r in rows] + [r["projector"] for r in rows])
+    what = "one image" if video is None else f"one video of {video.frames} frames"
     lines = [
-        f"(a) full-pipeline prefill FLOPs, one image ({spec.name}: {spec.description})",
+        f"(a) full-pipeline prefill FLOPs, {what} ({spec.name}: {spec.description})",
         f"    accounting: {acc.describe()}",
+        *([f"    rows are {video.describe()}; input = tokens per frame"] if video is not None else []),
         f"{'input':>6} {'method':<22} {'vis.tok':>7} {'LLM tok':>7} {'vision ' + bu:>9} {'compr. ' + su:>9} {'proj. ' + su:>8} "
         f"{'LLM ' + bu:>8} {'total ' + bu:>8} {'ours ' + bu:>8} {'paper T':>8} {'dev':>7}",
     ]
@@ -102,7 +109,7 @@ def format_pipeline(rows: list[dict[str, Any]], spec: PipelineSpec, inputs: Iter
             f"{r['compressor'] / small:>9.3f} {r['projector'] / small:>8.2f} {r['llm'] / big:>8.3f} {r['total'] / big:>8.3f} "
             f"{r['total_ours'] / big:>8.3f} {paper_t:>8} {dev:>7}"
         )
-    for inp in inputs:
+    for inp in inputs if video is None else ():  # the paper's prompt fit is for its image rows
         span = prompt_range(spec, inp, acc)
         if paper.pipeline_tflops(spec.name, inp.label):
             what = f"prompt lengths {span[0]}-{span[1]} keep" if span else "no prompt length keeps"

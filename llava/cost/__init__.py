@@ -5,6 +5,7 @@
 - :mod:`.presets` — pipelines to cost: published settings and local ``config.json`` files (:class:`PipelineSpec`);
 - :mod:`.module` — what a projector type costs, asked of its plugin's typed :class:`CostModel`;
 - :mod:`.pipeline` — full-pipeline FLOPs of a projector type (:class:`Accounting`), and of a saved checkpoint;
+- :mod:`.video` — a video of T frames (LLaVA-NeXT / OneVision): frames per module, the LLM over the model's token count;
 - :mod:`.measure` — measured latency, peak memory and profiler FLOPs, and a random-weight pipeline to time;
   :mod:`.measure_types` — each projector type measured as built; :mod:`.fast` — ``torch.compile`` / CUDA graphs.
 
@@ -23,6 +24,7 @@ _EXPORTS = {
     "CostModel": "module", "CostSetting": "module", "ModuleCost": "module", "module_cost": "module", "types_at_budget": "module",
     "Accounting": "pipeline", "checkpoint_prefill_flops": "pipeline", "cost_setting": "pipeline",
     "projector_pipeline_flops": "pipeline",
+    "Video": "video", "frame_inputs": "video", "video_setting": "video",
     "InputSpec": "presets", "PipelineSpec": "presets", "get_preset": "presets", "list_presets": "presets", "load_spec": "presets",
 }
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from .flops import LMHead, VisionLayers, elementwise, llm_prefill_flops, total, vision_layers_run, vision_tower_flops
 from .module import CostSetting, module_cost
 from .presets import PipelineSpec, load_spec
+from .video import Video, video_setting
 
 __all__ = ["Accounting", "checkpoint_prefill_flops", "cost_setting", "projector_pipeline_flops"]
 
@@ -65,11 +66,13 @@ def cost_setting(spec: PipelineSpec, *, question_tokens: int = 7, count_attentio
 def projector_pipeline_flops(
     spec: PipelineSpec, projector_type: str, *, prompt_tokens: int, count_attention: bool = False, lm_head: str = "all",
     vision_layers: str = "all", computation: str = "official", question_tokens: int = 7, config: Any = None,
-    llm_layers: int | None = None, vision_layer_cap: int | None = None,
+    llm_layers: int | None = None, vision_layer_cap: int | None = None, video: Video | None = None,
 ) -> dict[str, Any]:
-    """One image's prefill FLOPs through ``projector_type`` on ``spec``'s first input.
+    """One image's prefill FLOPs through ``projector_type`` on ``spec``'s first input, or one video's.
 
-    ``llm_layers`` / ``vision_layer_cap`` cap the layer counts (to match a capped measured run).
+    ``llm_layers`` / ``vision_layer_cap`` cap the layer counts (to match a capped measured run). With ``video``
+    (:func:`.video.video_setting`), the input is its frames, one view each at the first input's size: tower,
+    compressor and projector run once per frame and the LLM over the video's tokens (:mod:`.video`).
 
     Returns:
         ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "elementwise"}``.
@@ -82,25 +85,28 @@ def projector_pipeline_flops(
     if vision_layer_cap is not None:
         layers = min(layers, vision_layer_cap)
     vision = total(vision_tower_flops(vdims, image_size=inp.image_size, layers=layers, count_attention=count_attention))
-    visual = cost.tokens * inp.views
+    # a video's frames are single views: each one costs what one view of the image costs
+    units = inp.views if video is None else video.frames
+    visual = cost.tokens * units if video is None else video.tokens(cost.tokens)
     lm = spec.lm_dims.capped(llm_layers)
     llm = total(llm_prefill_flops(lm, visual + prompt_tokens, count_attention=count_attention, lm_head=lm_head))
     parts = {
-        "vision": vision * inp.views, "compressor": cost.pre * inp.views,
-        "projector": total(cost.projector) * inp.views, "llm": llm,
+        "vision": vision * units, "compressor": cost.pre * units,
+        "projector": total(cost.projector) * units, "llm": llm,
     }
     return {
         "visual_tokens": visual, "total": sum(parts.values()), **parts, "boundary": cost.boundary,
-        "elementwise": elementwise(cost.module) * inp.views,
+        "elementwise": elementwise(cost.module) * units,
     }
 
 
-def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
-    """Analytic FLOPs of one image's prefill through a saved checkpoint, for any projector type.
+def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int, frames: int | None = None) -> dict[str, Any]:
+    """Analytic FLOPs of one image's prefill through a saved checkpoint, for any projector type, or of one video's
+    of ``frames`` frames (laid out by the checkpoint's own ``mm_spatial_pool_*`` / ``mm_newline_position`` keys).
 
     Counted: the whole vision tower, the compressor (its plugin's cost model, this project's computation), the
-    projector, and the LLM over the visual tokens plus ``prompt_tokens`` text tokens, attention scores
-    included, LM head on the last position only.
+    projector (each once per frame for a video), and the LLM over the visual tokens plus ``prompt_tokens`` text
+    tokens, attention scores included, LM head on the last position only.
 
     Returns:
         ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "accounting"}``.
@@ -112,12 +118,17 @@ def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_toke
     spec = load_spec(config_file)
     values = json.loads(config_file.read_text(encoding="utf-8"))
     projector_type = values.get("mm_projector_type") or "linear"
+    config = SimpleNamespace(**values)
+    video = None if frames is None else video_setting(frames, spec.grid(spec.inputs[0]), config)
     out = projector_pipeline_flops(
         spec, projector_type, prompt_tokens=prompt_tokens, count_attention=True, lm_head="last", computation="ours",
-        question_tokens=prompt_tokens, config=SimpleNamespace(**values),
+        question_tokens=prompt_tokens, config=config, video=video,
     )
     out["accounting"] = (
         f"prompt {prompt_tokens} text tokens + visual tokens; attention scores counted; vision tower: every layer; "
         "LM head on the last position; compressor: its plugin's cost model (ours computation)"
+        + ("" if video is None else f"; {video.describe()}; 2-D pool not counted")
     )
+    if video is not None:
+        out["frames"] = video.frames
     return out

@@ -250,7 +250,7 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
     else:
         model_vqa_loader.main(answer_flags(finetune_dir, data, answers, models.template))
     seconds["eval"] = time.perf_counter() - started
-    flops = video_prefill_flops(finetune_dir, prompt_tokens, prefill_flops) if config.video else prefill_flops(finetune_dir, prompt_tokens)
+    flops = video_prefill_flops(finetune_dir, prompt_tokens) if config.video else prefill_flops(finetune_dir, prompt_tokens)
     return RunResult(
         projector=projector, visual_tokens=flops["visual_tokens"], score=score_answers(answers, data.gold), flops=flops,
         seconds=seconds, checkpoint=str(finetune_dir), answers=str(answers),

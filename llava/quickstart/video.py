@@ -212,47 +212,13 @@ def video_answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path, conv
     ]
 
 
-def video_prefill_flops(checkpoint_dir: str | Path, prompt_tokens: int, flops_tool: Any) -> dict[str, Any]:
-    """Analytic FLOPs of one clip's prefill: :data:`FRAMES` × (tower + compressor + projector) for the frames, and
-    the LLM over the video's tokens (after NeXT's pool for a grid-keeping projector) plus ``prompt_tokens``.
-
-    ``flops_tool(checkpoint_dir, prompt_tokens)`` counts one image; its LLM part is asked for the clip's extra
-    tokens as more prompt tokens (text and visual tokens cost the LLM the same). The 2-D pool is not counted.
+def video_prefill_flops(checkpoint_dir: str | Path, prompt_tokens: int) -> dict[str, Any]:
+    """Analytic FLOPs of one clip's prefill through a saved checkpoint: :data:`FRAMES` frames, counted by the cost
+    engine (:func:`llava.cost.pipeline.checkpoint_prefill_flops` with ``frames``; the rule is :mod:`llava.cost.video`).
     """
-    from llava.model.video import video_layout, video_token_count
+    from llava.cost.pipeline import checkpoint_prefill_flops
 
-    config = json.loads((Path(checkpoint_dir) / "config.json").read_text())
-    one = flops_tool(checkpoint_dir, prompt_tokens)
-    per_frame = int(one["visual_tokens"])
-    grid_side = _tower_grid(config)
-    layout = video_layout(_Namespace(config), (grid_side, grid_side), newline=_newline_stand_in(config))
-    tokens = video_token_count(FRAMES, per_frame, layout)
-    llm = flops_tool(checkpoint_dir, prompt_tokens + tokens - per_frame)
-    frame_parts = {key: FRAMES * float(one[key]) for key in ("vision", "compressor", "projector")}
-    total = sum(frame_parts.values()) + float(llm["llm"])
-    return {
-        **one, **frame_parts, "llm": float(llm["llm"]), "total": total, "visual_tokens": tokens,
-        "accounting": f"{FRAMES} frames; {one['accounting']}; 2-D pool not counted",
-    }
-
-
-class _Namespace:
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
-
-
-def _newline_stand_in(config: dict[str, Any]) -> Any:
-    import torch
-
-    return torch.zeros(1) if "unpad" in (config.get("mm_patch_merge_type") or "") else None
-
-
-def _tower_grid(config: dict[str, Any]) -> int:
-    from transformers import AutoConfig
-
-    tower = AutoConfig.from_pretrained(config["mm_vision_tower"])
-    vision = getattr(tower, "vision_config", tower)
-    return int(vision.image_size) // int(vision.patch_size)
+    return checkpoint_prefill_flops(checkpoint_dir, prompt_tokens, frames=FRAMES)
 
 
 __all__ = [
