@@ -287,14 +287,14 @@ def _write_kind(node: ast.Call, name: str | None, imported: bool, buffers: set[s
     if name == "os.open":
         flags = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
         return "os.open:" + ("a" if "APPEND" in flags else "w") if _WRITE_FLAGS.search(flags) else None
-    if last == "open" and name not in ("os.open",):
+    if last == "open":
         mode = _open_mode(node, name, imported)
         if mode is None or any(flag in mode for flag in "wx+"):
             return "open:w"
         return "open:a" if "a" in mode else None
     if name in WRITE_FUNCTIONS:
         return name
-    if name == "json.dump" or (not imported and last in WRITE_METHODS and "." in name):
+    if not imported and last in WRITE_METHODS and "." in name:
         return "." + last
     return None
 
@@ -314,6 +314,7 @@ class Facts:
 
 
 def facts(module: Module, project: Project) -> Facts:
+    """Read one module: its writes, its calls of the shared helpers, the flags it declares, its HTTP imports."""
     scanner = _scan(module, project)
     result = Facts([], [], False, [], [], [], set(), [])
     for node, function, atomic, name, imported in scanner.calls:
