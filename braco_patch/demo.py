@@ -15,12 +15,14 @@ Outputs in ``--out``: ``demo.png`` and ``demo.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from llava.outputs import atomic_folder, guard_outputs, write_json
+from llava.utils import UserError
 
 from .argtypes import positive_int
 from .basis import dct_matrix, lattice_inverse, lattice_transform
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> dict:
 
     image = load_demo_image(args.image, args.image_size)  # before anything is written
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    guard_outputs(inputs={"--image": args.image}, folders={"--out": out})  # the folder is written whole, at the end
     n = args.image_size // args.patch
     tokens = patch_tokens(image, args.patch)
     torch.manual_seed(args.seed)
@@ -163,10 +165,11 @@ def run(args: argparse.Namespace) -> dict:
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout()
-    fig.savefig(out / "demo.png", dpi=100)
-    plt.close(fig)
     summary = {"image": args.image or "skimage.data.astronaut", "grid": [n, n], "rows": rows}
-    (out / "demo.json").write_text(json.dumps(summary, indent=2))
+    with atomic_folder(out, command="braco demo") as staging:
+        fig.savefig(staging / "demo.png", dpi=100)
+        write_json(staging / "demo.json", summary)
+    plt.close(fig)
     return summary
 
 
@@ -185,7 +188,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.patch > args.image_size:
         parser.error(f"--patch {args.patch} is larger than --image-size {args.image_size}; accepted: 1 to {args.image_size}")
-    summary = run(args)
+    try:
+        summary = run(args)
+    except UserError as error:  # an --out that cannot be written, or that holds --image
+        parser.error(str(error))
     n = summary["grid"][0]
     print(f"{'K':>4} {'alloc':<10} {'coords':<7} {'tokens':>13} {'DCT energy':>11} {'spatial energy':>15}  residual support")
     for r in summary["rows"]:

@@ -34,6 +34,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from transformers import StoppingCriteria
 
+from llava import net
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
 from llava.utils import UserError
 
@@ -108,11 +109,11 @@ def load_image_from_base64(image: str) -> Image.Image:
 
 
 def load_image(path_or_url: str | os.PathLike[str]) -> Image.Image:
-    """Open a local image file, or an ``http(s)`` URL when ``requests`` is installed, as RGB.
+    """Open a local image file, or an ``http(s)`` URL (through :mod:`llava.net`), as RGB.
 
     Raises:
-        ImageUnreadable: (a ValueError) If the file is missing, or the file or download is not a readable image.
-        ImportError: For a URL when ``requests`` is not installed.
+        ImageUnreadable: (a ValueError) If the file is missing, the download fails (see
+            :func:`_load_image_from_url`), or the file or download is not a readable image.
     """
     source = os.fspath(path_or_url)
     if source.startswith(("http://", "https://")):
@@ -120,19 +121,26 @@ def load_image(path_or_url: str | os.PathLike[str]) -> Image.Image:
     return open_image(source)
 
 
+#: Seconds for a whole image download (connection, headers and body), and the largest image file accepted.
+URL_DEADLINE = 30.0
+URL_MAX_BYTES = 64 * 1024 * 1024
+
+
 def _load_image_from_url(url: str) -> Image.Image:
+    """Download ``url`` with the package's one HTTP client: a total deadline, a size cap, and no redirect to
+    another origin (a redirect within the origin is followed).
+
+    Raises:
+        ImageUnreadable: One sentence naming the URL: unreachable, too slow, too large, redirected elsewhere, an
+            HTTP error status, or not a readable image.
+    """
     try:
-        import requests
-    except ImportError:
-        raise ImportError(
-            f"loading the image {url!r} needs the 'requests' package (pip install requests)"
-        ) from None
-    try:
-        response = requests.get(url, timeout=30)
-        response.raise_for_status()
-    except requests.RequestException as error:
+        response = net.request("GET", url, deadline=URL_DEADLINE, max_bytes=URL_MAX_BYTES)
+    except net.NetError as error:
         raise ImageUnreadable(f"could not load an image from {url!r} ({error})") from None
-    return open_image(response.content, what=f"the image at {url!r}")
+    if not response.ok:
+        raise ImageUnreadable(f"could not load an image from {url!r} (HTTP {response.status})")
+    return open_image(response.body, what=f"the image at {url!r}")
 
 
 # ---------------------------------------------------------------------- geometry

@@ -32,6 +32,9 @@ SEAM = {
     "braco_patch/baselines/module_flops.py": "the baselines' cost models, counted in llava's FLOP convention",
     "braco_patch/cost/": "the `braco cost` command: Braco's tables on llava's pipeline cost engine",
     "braco_patch/diagnostics/tower.py": "`braco diagnose` / `calibrate` load a tower through llava's tower registry",
+    "braco_patch/diagnostics/commands.py": "`braco diagnose` / `calibrate` check --out and --device with llava's rules",
+    "braco_patch/diagnostics/report.py": "the diagnostics' files are written through llava's atomic writers",
+    "braco_patch/demo.py": "`braco demo` writes its folder through llava's output guard",
 }
 
 

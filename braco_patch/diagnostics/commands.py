@@ -21,6 +21,10 @@ from pathlib import Path
 
 import torch
 
+from llava.devices import resolve_device
+from llava.outputs import MARKER, guard_outputs, write_text
+from llava.utils import UserError
+
 from ..argtypes import positive_int
 from . import energy as energy_mod
 from .data import InputError, list_images, load_labelled, open_image, resample_indices, split_indices
@@ -136,6 +140,12 @@ def _setup(args):
     return tower, paths, tokens
 
 
+def _make_out(out: Path) -> None:
+    """Create ``--out`` (checked up front by :func:`_run`) and mark it as ours, so that a re-run may write there."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / MARKER, "written by braco diagnose / calibrate; a re-run may replace its files\n")
+
+
 def _budgets(requested, tokens: int) -> list[int]:
     if requested is None:
         return [k for k in DEFAULT_BUDGETS if k <= tokens]
@@ -163,7 +173,7 @@ def run_energy(args) -> dict:
                           progress=not args.no_progress)
     result = energy_mod.energy_diagnostics(stats.m, stats.grid, bases=args.bases, grams=stats.grams, seed=args.seed)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    _make_out(out)
     n = stats.grid
     title = f"{tower.name}: {n}x{n} tokens, {stats.count} images"
     table = result.at(budgets)
@@ -213,7 +223,7 @@ def run_probe(args) -> dict:
     result = probe_diagnostics(torch.cat(feats), labels, splits, stats.m, stats.grid, bases=args.bases, budgets=budgets,
                                lam=args.lam, seed=args.seed)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    _make_out(out)
     n = stats.grid
     title = f"{tower.name}: {n}x{n} tokens, {len(paths)} images, {len(labelled.classes)} classes"
     payload = {"tower": str(args.vision_tower), "images": str(args.images), "labels": args.labels,
@@ -256,7 +266,7 @@ def run_calibrate(args) -> dict:
     dataset = args.dataset_name or Path(args.images).resolve().name
     table = format_calibration_table([(encoder, dataset, summary)])
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    _make_out(out)
     rows = [{"resample": r, "seed": args.seed + r, "images": s.count, **row.as_row()}
             for r, (s, scan) in enumerate(zip(stats, scans)) for row in scan]
     payload = {"tower": str(args.vision_tower), "images": str(args.images), "encoder": encoder, "dataset": dataset,
@@ -267,7 +277,7 @@ def run_calibrate(args) -> dict:
     write_json(out / "calibration.json", payload)
     write_csv(out / "calibration_scan.csv", rows)
     write_csv(out / "calibration_budgets.csv", summary["per_budget"])
-    (out / "calibration_table.md").write_text(table + "\n")
+    write_text(out / "calibration_table.md", table + "\n")
     plot_crossover(out / "crossover.png", scans, summary["k_b_star"], beta=args.beta, title=f"{encoder} on {dataset}")
     print(f"coordinate calibration: {len(stats)} resamples of {stats[0].count} images, β={args.beta:g}, γ={args.gamma:g}, "
           f"Gram scale {args.gram_scale}")
@@ -283,8 +293,13 @@ def run_calibrate(args) -> dict:
 def _run(prog: str, fn, args) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        # Up front, before the tower loads: a --device this machine lacks, an --out that is a file, a non-empty
+        # folder we did not write, or a place that cannot be written.
+        args.device = resolve_device(args.device)
+        guard_outputs(inputs={"--vision-tower": args.vision_tower, "--images": args.images,
+                              "--labels": getattr(args, "labels", None)}, folders={"--out": args.out})
         return fn(args)
-    except InputError as exc:
+    except (InputError, UserError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from llava.outputs import atomic_output, write_text
+
 __all__ = ["write_json", "write_csv", "plot_energy_curves", "plot_energy_maps", "plot_probe_curves", "plot_crossover",
            "energy_summary", "probe_summary", "calibration_summary"]
 
@@ -51,13 +53,13 @@ def _plain(value):
 
 
 def write_json(path: Path, payload: dict) -> Path:
-    path.write_text(json.dumps(_plain(payload), indent=2))
+    write_text(path, json.dumps(_plain(payload), indent=2))
     return path
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> Path:
     fields = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as f:
+    with atomic_output(path) as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows({k: _plain(v) for k, v in row.items()} for row in rows)
@@ -70,7 +72,8 @@ def _save(plt, fig, path: Path, title: str, *, tight: bool = True) -> Path:
         fig.suptitle(title, fontsize=10)
     if tight:
         fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_output(path, "wb") as handle:
+        fig.savefig(handle, dpi=110, format="png")
     plt.close(fig)
     return path
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import random
+import time
 from io import BytesIO
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +21,9 @@ from PIL import Image
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import CLIPImageProcessor, LlamaTokenizer, PreTrainedTokenizerFast, StoppingCriteriaList
 
+from llava import mm_utils
 from llava.mm_utils import (
+    ImageUnreadable,
     KeywordsStoppingCriteria,
     expand2square,
     get_anyres_image_grid_shape,
@@ -31,6 +34,8 @@ from llava.mm_utils import (
     select_best_resolution,
     tokenizer_image_token,
 )
+
+from .http_server import Handled, scripted_server
 
 IMAGE = -200  # upstream IMAGE_TOKEN_INDEX
 
@@ -394,3 +399,64 @@ def test_keywords_must_be_non_empty(word_tok) -> None:
         KeywordsStoppingCriteria([], word_tok, torch.zeros(1, 2, dtype=torch.long))
     with pytest.raises(ValueError):
         KeywordsStoppingCriteria([""], word_tok, torch.zeros(1, 2, dtype=torch.long))
+
+
+# ---------------------------------------------------------------------- images from URLs (through llava.net)
+
+
+def _png_bytes() -> bytes:
+    buffer = BytesIO()
+    Image.new("RGB", (6, 3), (10, 20, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_load_image_from_a_url_follows_a_same_origin_redirect() -> None:
+    def handle(handled: Handled) -> None:
+        if handled.seen.path == "/old.png":
+            handled.reply(302, headers={"Location": "/new.png"})
+        else:
+            handled.reply(200, _png_bytes(), {"Content-Type": "image/png"})
+
+    with scripted_server(handle) as server:
+        image = load_image(server.url + "/old.png")
+    assert image.mode == "RGB" and image.size == (6, 3) and image.getpixel((0, 0)) == (10, 20, 30)
+    assert [seen.path for seen in server.requests] == ["/old.png", "/new.png"]
+
+
+def test_load_image_from_a_url_refuses_a_cross_origin_redirect_in_one_sentence() -> None:
+    with scripted_server(lambda handled: handled.reply(200, _png_bytes())) as elsewhere:
+        with scripted_server(lambda handled: handled.reply(302, headers={"Location": elsewhere.url + "/x.png"})) as server:
+            with pytest.raises(ImageUnreadable, match=r"^could not load an image from .*/a\.png' \(.*redirected to "
+                                                      r"another origin .*the redirect was not followed.*\)$") as caught:
+                load_image(server.url + "/a.png")
+    assert elsewhere.requests == []  # nothing of the request went to the other origin
+    assert "\n" not in str(caught.value)
+
+
+def test_load_image_from_a_hanging_url_stops_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    def hang(handled: Handled) -> None:
+        handled.start(200)
+        for _ in range(40):  # one byte every 0.25 s: a per-read timeout would never trip
+            handled.write(b"x")
+            time.sleep(0.25)
+
+    monkeypatch.setattr(mm_utils, "URL_DEADLINE", 1.0)
+    with scripted_server(hang) as server:
+        start = time.monotonic()
+        with pytest.raises(ImageUnreadable, match=r"^could not load an image from .* \(.*did not answer within 1 s\)$"):
+            load_image(server.url + "/slow.png")
+    assert time.monotonic() - start < 2.5
+
+
+def test_load_image_from_a_url_names_an_error_status_and_a_non_image() -> None:
+    def handle(handled: Handled) -> None:
+        if handled.seen.path == "/missing.png":
+            handled.reply(404, b"not found")
+        else:
+            handled.reply(200, b"<html>not an image</html>", {"Content-Type": "text/html"})
+
+    with scripted_server(handle) as server:
+        with pytest.raises(ImageUnreadable, match=r"missing\.png' \(HTTP 404\)$"):
+            load_image(server.url + "/missing.png")
+        with pytest.raises(ImageUnreadable, match=r"the image at .*page\.png' is not a readable image"):
+            load_image(server.url + "/page.png")
