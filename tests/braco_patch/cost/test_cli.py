@@ -121,6 +121,30 @@ def test_bad_inputs_give_one_sentence(tiny_llava, tmp_path, capsys):
         ["--config", str(tiny_llava), "--measure", "--device", "cpu", "--fast", "cudagraph"])
 
 
+def test_json_on_a_read_only_location_is_one_sentence_before_the_tables(tmp_path, monkeypatch, capsys):
+    # C08: the tables were printed, then a raw "OSError: [Errno 30] Read-only file system" came from the --json write.
+    import errno
+    import tempfile
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    original = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and str(dir).startswith(str(read_only)):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return original(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(SystemExit) as exc:
+        main(["--projector", "braco_c3s7", "--json", str(read_only / "cost.json")])
+    captured = capsys.readouterr()
+    assert exc.value.code == 2 and "Traceback" not in captured.err
+    assert captured.err.strip() == f"braco cost: error: --json '{read_only / 'cost.json'}' cannot be written (read-only file system); choose a writable location"
+    assert "(a)" not in captured.out  # refused before any table is computed
+    assert not (read_only / "cost.json").exists()
+
+
 def _write(tmp_path, values):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(values))
