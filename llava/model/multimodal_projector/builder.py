@@ -45,8 +45,8 @@ def build_vision_projector(config: Any, delay_load: bool = False, *, vision_towe
     plugin = check_plugin_config(config)
     context = BuildContext(
         projector_type=name, match=match, config=config, mm_hidden=int(config.mm_hidden_size), hidden=int(config.hidden_size),
-        select_layer=int(getattr(config, "mm_vision_select_layer", None) or -2),
-        select_feature=str(getattr(config, "mm_vision_select_feature", None) or "patch"),
+        select_layer=int(_setting(config, "mm_vision_select_layer", -2)),
+        select_feature=str(_setting(config, "mm_vision_select_feature", "patch")),
         tower_loader=lambda: tower_shape(config, vision_tower=vision_tower, vision_cfg=vision_cfg),
     )
     built = registration.entry.factory(context)
@@ -55,6 +55,12 @@ def build_vision_projector(config: Any, delay_load: bool = False, *, vision_towe
     for key, value in built.config_keys.items():
         setattr(config, key, value)
     return attach_needs(built.module, built.needs if built.needs is not None else plugin.needs)
+
+
+def _setting(config: Any, key: str, default: Any) -> Any:
+    """``config.key``, or upstream's default when it is absent or ``None`` (a stored 0 stays 0)."""
+    value = getattr(config, key, None)
+    return default if value is None else value
 
 
 def tower_shape(config: Any, *, vision_tower: Any = None, vision_cfg: Any = None) -> TowerShape | None:
