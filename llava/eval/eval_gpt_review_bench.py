@@ -35,7 +35,6 @@ Summarise with ``python -m llava.eval.summarize_gpt_review -f OUTPUT``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -45,7 +44,7 @@ from typing import Any
 
 from llava.eval.files import read_json, read_jsonl
 from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
-from llava.eval.provenance import Provenance
+from llava.eval.provenance import Provenance, file_digest
 from llava.outputs import guard_outputs, read_jsonl_resumable
 from llava.utils import UserError, cli_main, setup_logging
 
@@ -97,15 +96,12 @@ def _done(output: Path) -> set[Any]:
     return {record["question_id"] for record in records if "question_id" in record}
 
 
-def _digest(path: str) -> str:
-    return hashlib.sha256(Path(os.path.expanduser(path)).read_bytes()).hexdigest()[:16]
-
 
 def review_producer(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     """What the reviews depend on: the judge and the exact inputs (a re-generated answers file changes them)."""
     return {
-        "endpoint": client.url, "judge_model": client.model, "max_tokens": args.max_tokens, "rule": _digest(args.rule),
-        "question": _digest(args.question), "reference": _digest(args.answer_list[0]), "answers": _digest(args.answer_list[1]),
+        "endpoint": client.url, "judge_model": client.model, "max_tokens": args.max_tokens, "rule": file_digest(args.rule),
+        "question": file_digest(args.question), "reference": file_digest(args.answer_list[0]), "answers": file_digest(args.answer_list[1]),
     }
 
 
@@ -160,12 +156,13 @@ def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str,
     return written
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llava.eval.eval_gpt_review_bench", description=__doc__.split("\n\n")[0])
+def review_parser(prog: str, description: str, rule_file: Path) -> argparse.ArgumentParser:
+    """Upstream's flags of a GPT-assisted review (``-q -c -a -r -o``) and the judge's; both review commands use it."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-q", "--question", required=True)
     parser.add_argument("-c", "--context", required=True)
     parser.add_argument("-a", "--answer-list", nargs="+", default=[])
-    parser.add_argument("-r", "--rule", default=str(RULE_FILE), help="rule table (default: the one shipped with llava)")
+    parser.add_argument("-r", "--rule", default=str(rule_file), help="rule table (default: the one shipped with llava)")
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--max-tokens", type=int, default=1024, help="longest review the judge may write")
     parser.add_argument("--judge-model", default=None, help=f"default: $LLAVA_JUDGE_MODEL or {DEFAULT_JUDGE}")
@@ -176,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_parser() -> argparse.ArgumentParser:
+    return review_parser("python -m llava.eval.eval_gpt_review_bench", __doc__.split("\n\n")[0], RULE_FILE)
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
     setup_logging()
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     return run_reviews(args, client)
 
 
-__all__ = ["JudgeClient", "build_parser", "main", "parse_score", "review_prompt", "run_reviews"]
+__all__ = ["JudgeClient", "build_parser", "main", "parse_score", "review_parser", "review_prompt", "run_reviews"]
 
 
 if __name__ == "__main__":

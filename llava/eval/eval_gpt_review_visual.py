@@ -30,7 +30,6 @@ line of the output is set aside in ``OUTPUT.rejected``, never dropped.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -38,10 +37,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llava.eval.eval_gpt_review_bench import DEFAULT_JUDGE, SYSTEM_MESSAGE, TEMPERATURE, parse_score, review_prompt
+from llava.eval.eval_gpt_review_bench import DEFAULT_JUDGE, SYSTEM_MESSAGE, TEMPERATURE, parse_score, review_parser, review_prompt
 from llava.eval.files import read_json, read_jsonl
 from llava.eval.judge import JudgeClient, judge_from_env
-from llava.eval.provenance import Provenance
+from llava.eval.provenance import Provenance, file_digest
 from llava.outputs import atomic_output, guard_outputs, read_jsonl_resumable
 from llava.utils import UserError, cli_main, setup_logging
 
@@ -67,16 +66,13 @@ def visual_context(context: Mapping[str, Any], where: str) -> dict[str, list[str
     return {"caption": [*captions, "", *boxes]}
 
 
-def _digest(path: str) -> str:
-    return hashlib.sha256(Path(os.path.expanduser(path)).read_bytes()).hexdigest()[:16]
-
 
 def review_producer(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     """What the reviews depend on: the judge and the exact inputs."""
     return {
-        "endpoint": client.url, "judge_model": client.model, "max_tokens": args.max_tokens, "rule": _digest(args.rule),
-        "question": _digest(args.question), "context": _digest(args.context), "reference": _digest(args.answer_list[0]),
-        "answers": _digest(args.answer_list[1]),
+        "endpoint": client.url, "judge_model": client.model, "max_tokens": args.max_tokens, "rule": file_digest(args.rule),
+        "question": file_digest(args.question), "context": file_digest(args.context), "reference": file_digest(args.answer_list[0]),
+        "answers": file_digest(args.answer_list[1]),
     }
 
 
@@ -172,17 +168,7 @@ def _review(todo: Sequence[tuple[dict[str, Any], list[dict[str, str]]]], client:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llava.eval.eval_gpt_review_visual", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-q", "--question", required=True)
-    parser.add_argument("-c", "--context", required=True)
-    parser.add_argument("-a", "--answer-list", nargs="+", default=[])
-    parser.add_argument("-r", "--rule", default=str(RULE_FILE), help="rule table (default: the one shipped with llava)")
-    parser.add_argument("-o", "--output", required=True)
-    parser.add_argument("--max-tokens", type=int, default=1024, help="maximum number of tokens produced in the output")
-    parser.add_argument("--judge-model", default=None, help=f"default: $LLAVA_JUDGE_MODEL or {DEFAULT_JUDGE}")
-    parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
-    parser.add_argument("--overwrite", action="store_true", help="review everything again instead of resuming")
-    return parser
+    return review_parser("python -m llava.eval.eval_gpt_review_visual", __doc__.split("\n\n")[0], RULE_FILE)
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -190,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     setup_logging()
     if args.max_tokens < 1:
         raise UserError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    return run_reviews(args, judge_from_env(args.judge_model, DEFAULT_JUDGE, max_retries=args.max_retries))
+    client = judge_from_env(args.judge_model, DEFAULT_JUDGE, max_retries=args.max_retries, timeout=args.judge_timeout)
+    return run_reviews(args, client)
 
 
 __all__ = ["RULE_FILE", "build_parser", "main", "plan_reviews", "review_producer", "run_reviews", "visual_context"]

@@ -56,7 +56,7 @@ from typing import Any
 
 from llava.eval.files import read_json, require_keys, write_json, write_score, write_text
 from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
-from llava.eval.provenance import Provenance
+from llava.eval.provenance import Provenance, file_digest
 from llava.outputs import guard_outputs, rejected_path
 from llava.utils import UserError, cli_main, setup_logging
 
@@ -222,10 +222,6 @@ def table_csv(model: str, row: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- the run
 
 
-def _digest(path: str) -> str:
-    """A short hash of a file's bytes (what the grades depend on)."""
-    return hashlib.sha256(Path(os.path.expanduser(path)).read_bytes()).hexdigest()[:16]
-
 
 def _prompt(args: argparse.Namespace) -> str:
     """``--prompt``, else ``--prompt-file``'s text, else the shipped prompt."""
@@ -322,7 +318,7 @@ def grade_all(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
 
     grades = {} if args.overwrite else _read_grades(out.grades)
     producer = {"endpoint": client.url, "judge_model": client.model, "max_tokens": MAX_TOKENS,
-                "prompt": hashlib.sha256(prompt.encode()).hexdigest()[:16], "predictions": _digest(results_file)}
+                "prompt": hashlib.sha256(prompt.encode()).hexdigest()[:16], "predictions": file_digest(results_file)}
     Provenance(out.grades, producer, output_flag="--result_path or --model", what="grade").open(
         overwrite=args.overwrite, has_answers=bool(grades))
     asked = _grade_missing(client, prompt, questions, predictions, grades, args.num_run, out.grades)

@@ -127,6 +127,11 @@ def model_fingerprint(model_path: str | None) -> dict[str, Any] | None:
     return record
 
 
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """A short hash of a file's bytes (what a judge's reviews or grades depend on)."""
+    return hashlib.sha256(Path(os.path.expanduser(os.fspath(path))).read_bytes()).hexdigest()[:16]
+
+
 def records_fingerprint(records: Sequence[Mapping[str, Any]]) -> str:
     """A hash of question records' content (key order and the file's name do not matter)."""
     text = json.dumps(list(records), sort_keys=True, ensure_ascii=False, default=str)
@@ -263,6 +268,6 @@ class Provenance:
 
 
 __all__ = [
-    "NEUTRAL_FLAGS", "Provenance", "folder_fingerprint", "model_files", "model_fingerprint", "producer_record",
+    "NEUTRAL_FLAGS", "Provenance", "file_digest", "folder_fingerprint", "model_files", "model_fingerprint", "producer_record",
     "records_fingerprint", "sidecar_path",
 ]

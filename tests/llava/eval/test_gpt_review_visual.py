@@ -151,3 +151,13 @@ def test_prompt_files_have_upstream_s_names_and_layout(folder: str) -> None:
         else:
             assert len(blocks) % 2 == 0 and (len(blocks) == 2) == (folder == "complex_reasoning")
             assert all(block.startswith("Question:\n" if i % 2 == 0 else "Answer:\n") for i, block in enumerate(blocks))
+
+
+def test_both_review_commands_take_the_same_flags() -> None:
+    # one parser for the two GPT-assisted reviews: the visual one takes the judge's deadline too
+    from llava.eval import eval_gpt_review_bench, eval_gpt_review_visual
+
+    argv = ["-q", "q.jsonl", "-c", "c.jsonl", "-a", "ref.jsonl", "m.jsonl", "-o", "out.jsonl", "--judge-timeout", "5", "--max-tokens", "7"]
+    bench, visual = (module.build_parser().parse_args(argv) for module in (eval_gpt_review_bench, eval_gpt_review_visual))
+    assert vars(bench).keys() == vars(visual).keys() and visual.judge_timeout == 5.0 and visual.max_tokens == 7
+    assert bench.rule.endswith("rule.json") and visual.rule.endswith("rule_visual.json")
