@@ -21,6 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from PIL import Image, ImageDraw
 from tqdm import tqdm
@@ -155,7 +156,8 @@ class DatasetFiles:
     gold: Path
 
 
-def _conversation(questions: Sequence[Question]) -> list[dict[str, str]]:
+def conversation(questions: Sequence[Any]) -> list[dict[str, str]]:
+    """A training conversation asking ``questions`` (anything with ``text`` and ``answer``), the first with the marker."""
     turns = []
     for index, question in enumerate(questions):
         text = question.text + SUFFIX
@@ -191,7 +193,7 @@ def write_dataset(
         pretrain.append({"id": f"cap{index}", "image": name, "conversations": [
             {"from": "human", "value": "<image>\nDescribe the image."}, {"from": "gpt", "value": scene.caption()}]})
         finetune.append({"id": f"qa{index}", "image": name,
-                         "conversations": _conversation(scene_questions(scene, rng)[:turns_per_scene])})
+                         "conversations": conversation(scene_questions(scene, rng)[:turns_per_scene])})
     test_rng = random.Random(seed + 1_000_003)
     categories = list(ANSWER_SETS)
     questions, gold = [], []
@@ -203,7 +205,13 @@ def write_dataset(
         question = next(q for q in scene_questions(scene, test_rng) if q.category == wanted)
         questions.append({"question_id": index, "image": name, "text": question.text + SUFFIX, "category": question.category})
         gold.append({"question_id": index, "answer": question.answer, "category": question.category, "chance": question.chance})
-    files = DatasetFiles(root, images, root / "pretrain.json", root / "finetune.json", root / "questions.jsonl", root / "answers_gold.jsonl")
+    return save_dataset(root, images, pretrain, finetune, questions, gold)
+
+
+def save_dataset(root: Path, media: Path, pretrain: list[dict[str, Any]], finetune: list[dict[str, Any]],
+                 questions: list[dict[str, Any]], gold: list[dict[str, Any]]) -> DatasetFiles:
+    """Write the two training files, the held-out questions and their answers under ``root`` (media already there)."""
+    files = DatasetFiles(root, media, root / "pretrain.json", root / "finetune.json", root / "questions.jsonl", root / "answers_gold.jsonl")
     files.pretrain.write_text(json.dumps(pretrain))
     files.finetune.write_text(json.dumps(finetune))
     files.questions.write_text("".join(json.dumps(q) + "\n" for q in questions))
@@ -218,9 +226,11 @@ __all__ = [
     "Question",
     "Scene",
     "SceneObject",
+    "conversation",
     "corpus",
     "draw_scene",
     "random_scene",
+    "save_dataset",
     "scene_questions",
     "write_dataset",
 ]

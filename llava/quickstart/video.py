@@ -17,9 +17,7 @@ in the training files are absolute, so training needs no ``--video_folder``.
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ from tqdm import tqdm
 from llava.conversation import conv_templates
 from llava.video import write_video
 
-from .scenes import BACKGROUND, COLOURS, SHAPES, SUFFIX, DatasetFiles
+from .scenes import BACKGROUND, COLOURS, SHAPES, SUFFIX, DatasetFiles, conversation, save_dataset
 
 FRAMES = 4
 DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
@@ -153,15 +151,6 @@ def video_corpus(conv_mode: str) -> list[str]:
     return texts
 
 
-def _conversation(questions: Sequence[VideoQuestion]) -> list[dict[str, str]]:
-    turns = []
-    for index, question in enumerate(questions):
-        text = question.text + SUFFIX
-        turns.append({"from": "human", "value": ("<image>\n" + text) if index == 0 else text})
-        turns.append({"from": "gpt", "value": question.answer})
-    return turns
-
-
 def write_video_dataset(
     root: str | Path, *, train_clips: int, test_questions: int, turns_per_clip: int = 3, size: int = 64, seed: int = 0
 ) -> DatasetFiles:
@@ -183,7 +172,7 @@ def write_video_dataset(
         pretrain.append({"id": f"cap{index}", "video": str(Path(path).resolve()), "conversations": [
             {"from": "human", "value": "<image>\nDescribe the video."}, {"from": "gpt", "value": clip.caption()}]})
         finetune.append({"id": f"qa{index}", "video": str(Path(path).resolve()),
-                         "conversations": _conversation(clip_questions(clip, rng)[:turns_per_clip])})
+                         "conversations": conversation(clip_questions(clip, rng)[:turns_per_clip])})
     test_rng = random.Random(seed + 1_000_003)
     categories = list(ANSWER_SETS)
     questions, gold = [], []
@@ -195,12 +184,7 @@ def write_video_dataset(
         question = next(q for q in clip_questions(clip, test_rng) if q.category == wanted)
         questions.append({"question_id": index, "video": name, "text": question.text + SUFFIX, "category": question.category})
         gold.append({"question_id": index, "answer": question.answer, "category": question.category, "chance": question.chance})
-    files = DatasetFiles(root, videos, root / "pretrain.json", root / "finetune.json", root / "questions.jsonl", root / "answers_gold.jsonl")
-    files.pretrain.write_text(json.dumps(pretrain))
-    files.finetune.write_text(json.dumps(finetune))
-    files.questions.write_text("".join(json.dumps(q) + "\n" for q in questions))
-    files.gold.write_text("".join(json.dumps(g) + "\n" for g in gold))
-    return files
+    return save_dataset(root, videos, pretrain, finetune, questions, gold)
 
 
 def video_answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path, conv_mode: str) -> list[str]:
