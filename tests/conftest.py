@@ -152,3 +152,28 @@ def tiny_image_file(tiny_root: Path) -> Path:
     path = tiny_root / "red.png"
     image.save(path)
     return path
+
+
+@pytest.fixture
+def read_only_under(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], Path]:
+    """``read_only_under(folder)`` makes ``folder`` (created if needed) behave like a read-only file system for the
+    output guard and the atomic writers, which create every file through ``tempfile.mkstemp``; returns ``folder``."""
+    import errno
+    import tempfile
+
+    real = tempfile.mkstemp
+    folders: list[str] = []
+
+    def mkstemp(*args: Any, **kwargs: Any):
+        if any(str(kwargs.get("dir", "")).startswith(folder) for folder in folders):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+    def make(folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        folders.append(str(folder))
+        return folder
+
+    return make

@@ -121,21 +121,9 @@ def test_bad_inputs_give_one_sentence(tiny_llava, tmp_path, capsys):
         ["--config", str(tiny_llava), "--measure", "--device", "cpu", "--fast", "cudagraph"])
 
 
-def test_json_on_a_read_only_location_is_one_sentence_before_the_tables(tmp_path, monkeypatch, capsys):
+def test_json_on_a_read_only_location_is_one_sentence_before_the_tables(tmp_path, read_only_under, capsys):
     # C08: the tables were printed, then a raw "OSError: [Errno 30] Read-only file system" came from the --json write.
-    import errno
-    import tempfile
-
-    read_only = tmp_path / "ro"
-    read_only.mkdir()
-    original = tempfile.mkstemp
-
-    def mkstemp(*args, dir=None, **kwargs):
-        if dir is not None and str(dir).startswith(str(read_only)):
-            raise OSError(errno.EROFS, "Read-only file system")
-        return original(*args, dir=dir, **kwargs)
-
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    read_only = read_only_under(tmp_path / "ro")
     with pytest.raises(SystemExit) as exc:
         main(["--projector", "braco_c3s7", "--json", str(read_only / "cost.json")])
     captured = capsys.readouterr()

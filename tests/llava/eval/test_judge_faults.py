@@ -4,17 +4,14 @@ unparsed reviews in the summary, J02 empty subset, J08 outputs that cannot be wr
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from llava import outputs
 from llava.eval import eval_gpt_review_bench as review
 from llava.eval import eval_mmvet as mmvet
 from llava.eval import summarize_gpt_review
@@ -135,22 +132,10 @@ def test_j02_an_empty_subset_is_one_sentence(tmp_path: Path, monkeypatch: pytest
         assert judge.requests == []
 
 
-def _read_only_under(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make ``folder`` behave like a read-only file system for the output guard and the atomic writers."""
-    real = outputs.tempfile.mkstemp
-
-    def mkstemp(*args: Any, **kwargs: Any):
-        if str(kwargs.get("dir", "")).startswith(str(folder)):
-            raise OSError(errno.EROFS, "Read-only file system")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(outputs.tempfile, "mkstemp", mkstemp)
-
-
-def test_j08_outputs_that_cannot_be_written_are_refused_before_any_judge_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_j08_outputs_that_cannot_be_written_are_refused_before_any_judge_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                              read_only_under) -> None:
     argv = _layout(tmp_path)
-    (tmp_path / "ro").mkdir()
-    _read_only_under(tmp_path / "ro", monkeypatch)
+    read_only_under(tmp_path / "ro")
     with serving(_grade_reply, monkeypatch) as judge:
         with pytest.raises(ValueError, match=r"^--output-json .*ro/mmvet.json' cannot be written \(read-only file system\)"):
             mmvet.main(argv + ["--output-json", str(tmp_path / "ro" / "mmvet.json")])

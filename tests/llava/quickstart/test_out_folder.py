@@ -66,23 +66,11 @@ def test_command_line_refuses_in_one_sentence(tmp_path: Path) -> None:
     assert (out / "data" / "keep.txt").read_text() == "data"
 
 
-def test_read_only_out_is_one_sentence_before_anything_runs(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_read_only_out_is_one_sentence_before_anything_runs(tmp_path: Path, read_only_under, capsys) -> None:
     # Q01: a raw "OSError: [Errno 30] Read-only file system" before.
-    import errno
-    import tempfile
-
     from llava.utils import cli_main
 
-    read_only = tmp_path / "ro"
-    read_only.mkdir()
-    original = tempfile.mkstemp
-
-    def mkstemp(*args, dir=None, **kwargs):
-        if dir is not None and str(dir).startswith(str(read_only)):
-            raise OSError(errno.EROFS, "Read-only file system")
-        return original(*args, dir=dir, **kwargs)
-
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    read_only = read_only_under(tmp_path / "ro")
     assert cli_main(main, ["--out", str(read_only / "qs"), "--reduced"]) == 2
     error = capsys.readouterr().err.strip()
     assert f"--out '{read_only / 'qs'}' cannot be written (read-only file system)" in error and "\n" not in error

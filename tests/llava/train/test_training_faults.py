@@ -5,7 +5,6 @@ disk that fills up while checkpoints are written."""
 from __future__ import annotations
 
 import errno
-import tempfile
 
 import pytest
 
@@ -34,18 +33,9 @@ def no_model(monkeypatch):
     monkeypatch.setattr(train_module, "build_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
 
 
-def test_read_only_output_dir_is_one_sentence_before_the_model_loads(tmp_path, tiny_base_llm, tiny_tower_dir, train_data, monkeypatch, no_model):
+def test_read_only_output_dir_is_one_sentence_before_the_model_loads(tmp_path, tiny_base_llm, tiny_tower_dir, train_data, read_only_under, no_model):
     # T05: the model loaded, then a raw "OSError: [Errno 30] Read-only file system" came from the trainer.
-    read_only = tmp_path / "ro"
-    read_only.mkdir()
-    original = tempfile.mkstemp
-
-    def mkstemp(*args, dir=None, **kwargs):
-        if dir is not None and str(dir).startswith(str(read_only)):
-            raise OSError(errno.EROFS, "Read-only file system")
-        return original(*args, dir=dir, **kwargs)
-
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    read_only = read_only_under(tmp_path / "ro")
     argv = stage1_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", read_only / "out")
     with pytest.raises(UserError, match=r"^--output_dir '.*ro/out' cannot be written \(read-only file system\)"):
         train(argv=argv)
