@@ -95,6 +95,14 @@ def published_scores(name: str | os.PathLike[str]) -> dict[str, float] | None:
     return None if scores is None else {benchmark_key(key): float(value) for key, value in scores.items()}
 
 
+def _published_row(source: str | os.PathLike[str]) -> dict[str, float] | None:
+    """:func:`published_scores` for a ``RESULTS_DIR`` / ``--baseline`` value that is not an existing file or folder
+    (a path is read as scores without importing the plugins, which costs seconds)."""
+    if os.path.exists(os.path.expanduser(os.fspath(source))):
+        return None
+    return published_scores(source)
+
+
 def benchmark_key(name: str) -> str:
     """Resolve a benchmark name (key, column name or alias, any case) to its key.
 
@@ -153,7 +161,7 @@ def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
         FileNotFoundError: If the path does not exist.
         ValueError: On an unknown benchmark name or a non-numeric score.
     """
-    published = published_scores(source)
+    published = _published_row(source)
     if published is not None:
         return published
     path = Path(source)
@@ -173,7 +181,7 @@ def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
 
 def input_files(source: str | os.PathLike[str] | None) -> list[Path]:
     """The files :func:`load_scores` reads for ``source`` (for the output guard); none for the paper's row."""
-    if source is None or published_scores(source) is not None:
+    if source is None or _published_row(source) is not None:
         return []
     path = Path(source)
     return list(score_files(path)[0].values()) if path.is_dir() else [path]
