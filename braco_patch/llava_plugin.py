@@ -124,9 +124,8 @@ SETTINGS = _settings()
 
 def _stored_keys(config: Any) -> dict[str, Any]:
     """The Braco keys set in ``config``, each parsed by its declared setting (``"no"`` is ``False``)."""
-    settings = {setting.key: setting for setting in SETTINGS}
-    keys = tuple(MM_KEYS) + tuple(_OFFICIAL_SWITCHES)
-    return {key: settings[key].parse(getattr(config, key)) for key in keys if getattr(config, key, None) is not None}
+    values = {setting.key: getattr(config, setting.key, None) for setting in SETTINGS}  # MM_KEYS, then the official switches
+    return {setting.key: setting.parse(values[setting.key]) for setting in SETTINGS if values[setting.key] is not None}
 
 
 def braco_config_from_model_config(config: Any, projector_type: str, **overrides: Any) -> BracoConfig:
