@@ -22,6 +22,7 @@ Flags that upstream's scripts pass but transformers 5 renamed or removed (``--ev
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -325,6 +326,10 @@ def check_arguments(model_args: ModelArguments, data_args: DataArguments, traini
         raise ValueError("--data_path is required: a LLaVA training file (JSON list or JSONL)")
     if training_args.bits not in QUANTIZATION_BITS:
         raise ValueError(f"--bits must be one of {QUANTIZATION_BITS}, got {training_args.bits}")
+    # Checked with the flags, not when the LLM loads, so the run stops before the data is read.
+    if training_args.bits != 16 and importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError(f"--bits {training_args.bits} needs the bitsandbytes package (pip install bitsandbytes, on a CUDA "
+                        "machine); or pass --bits 16")
     if training_args.lora_bias not in LORA_BIASES:
         raise ValueError(f"--lora_bias must be one of {LORA_BIASES}, got {training_args.lora_bias!r}")
     check_image_arguments(model_args, data_args)

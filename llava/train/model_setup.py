@@ -42,8 +42,6 @@ def compute_dtype(training_args: TrainingArguments) -> torch.dtype:
 def _quantization_kwargs(training_args: TrainingArguments) -> dict[str, Any]:
     if training_args.bits == 16:
         return {}
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise ImportError(f"--bits {training_args.bits} needs the bitsandbytes package; install it with 'pip install bitsandbytes'")
     from transformers import BitsAndBytesConfig
 
     quantization = BitsAndBytesConfig(

@@ -65,18 +65,25 @@ def read_records(path: str | os.PathLike[str]) -> list[Any]:
         ValueError: If the file is missing, is not valid JSON (naming the line), or is not a list.
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise UserError(f"--data_path {path!r} is a folder; pass the training file (a JSON list or .jsonl) inside it")
     if not os.path.isfile(path):
         raise ValueError(f"--data_path {path!r} does not exist")
-    with open(path, encoding="utf-8") as handle:
-        if path.endswith(".jsonl"):
-            return _read_jsonl(handle, path)
-        try:
-            records = json.load(handle)
-        except json.JSONDecodeError as error:
-            hint = " (one sample per line? name the file .jsonl)" if error.msg == "Extra data" else ""
-            raise ValueError(
-                f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}{hint}"
-            ) from None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if path.endswith(".jsonl"):
+                return _read_jsonl(handle, path)
+            try:
+                records = json.load(handle)
+            except json.JSONDecodeError as error:
+                hint = " (one sample per line? name the file .jsonl)" if error.msg == "Extra data" else ""
+                raise ValueError(
+                    f"{path} is not valid JSON: {_json_message(error)} at line {error.lineno}, column {error.colno}{hint}"
+                ) from None
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"{path} is not UTF-8 text (byte {error.start}); expected a LLaVA training file: a JSON list or a .jsonl file"
+        ) from None
     if not isinstance(records, list):
         raise ValueError(f"{path} holds a JSON {type(records).__name__}; expected a list of samples")
     return records
@@ -90,8 +97,13 @@ def _read_jsonl(handle: Any, path: str) -> list[Any]:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: line {number} is not valid JSON ({error.msg} at column {error.colno})") from None
+            raise ValueError(f"{path}: line {number} is not valid JSON ({_json_message(error)} at column {error.colno})") from None
     return records
+
+
+def _json_message(error: json.JSONDecodeError) -> str:
+    """json's message without a trailing "at" (e.g. "Unterminated string starting at"), which the caller's position follows."""
+    return error.msg.removesuffix(" at")
 
 
 # ---------------------------------------------------------------------------------------------- checking

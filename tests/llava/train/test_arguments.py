@@ -103,12 +103,17 @@ def test_unknown_flag_is_named():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is not None, reason="checks the error raised without bitsandbytes")
-def test_quantized_training_without_bitsandbytes_fails_clearly(tiny_base_llm):
-    from llava.train.model_setup import load_language_model
+def test_quantized_training_without_bitsandbytes_is_one_sentence_before_any_work(tmp_path, capsys):
+    """--bits 4 without bitsandbytes stops while the flags are parsed (exit 2, one line), before the data file is
+    even read: here it does not exist, and the bitsandbytes sentence still comes first."""
+    from llava.train.train import main
+    from llava.utils import cli_main
 
-    model_args, _, training_args = parse_arguments(REQUIRED + ["--model_name_or_path", str(tiny_base_llm), "--bits", "4"])
-    with pytest.raises(ImportError, match="--bits 4 needs the bitsandbytes package"):
-        load_language_model(model_args, training_args, None)
+    argv = ["--data_path", str(tmp_path / "absent.json"), "--output_dir", str(tmp_path / "out"), "--bits", "4"]
+    assert cli_main(main, argv) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and "--bits 4 needs the bitsandbytes package" in message, message
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------------------- recipe

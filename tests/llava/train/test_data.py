@@ -20,6 +20,7 @@ from llava.train.supervised_data import (
     load_training_records,
     read_records,
 )
+from llava.utils import UserError
 
 from .conftest import caption_record, chat_record, stage1_flags, text_record, write_json
 
@@ -48,6 +49,30 @@ def test_malformed_jsonl_line_is_named(tmp_path: Path):
     path.write_text(json.dumps(text_record(0)) + "\n{not json}\n")
     with pytest.raises(ValueError, match="line 2 is not valid JSON"):
         read_records(path)
+
+
+@pytest.mark.parametrize("name", ["data.json", "data.jsonl"])
+def test_a_binary_data_file_is_one_sentence(tmp_path: Path, name: str):
+    """An image (or any non-UTF-8 file) passed as --data_path is a user error naming the file, not a codec traceback."""
+    path = tmp_path / name
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(UserError, match=rf"{name} is not UTF-8 text \(byte 0\); expected a LLaVA training file"):
+        read_records(path)
+
+
+def test_a_folder_as_data_path_says_it_is_a_folder(tmp_path: Path):
+    with pytest.raises(UserError, match=r"is a folder; pass the training file"):
+        read_records(tmp_path)
+
+
+def test_an_unterminated_string_reads_once_as_starting_at(tmp_path: Path):
+    # json's message for this case ends in "starting at"; the position must follow it once, not "at at".
+    for name in ("data.json", "data.jsonl"):
+        path = tmp_path / name
+        path.write_text('[{"id": "a')  # the string opens at column 9
+        with pytest.raises(ValueError, match=r"Unterminated string starting at (line 1, )?column 9") as caught:
+            read_records(path)
+        assert " at at " not in str(caught.value)
 
 
 def test_jsonl_content_in_a_json_file_gets_a_hint(tmp_path: Path):
