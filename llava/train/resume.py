@@ -136,7 +136,7 @@ def _check_settings(folder: Path, current: dict[str, Any]) -> None:
     changed = settings_differences(recorded, current)
     if changed:
         raise UserError(
-            f"{folder} was trained with other settings ({', '.join(changed[:8])} differ); pass --overwrite_output_dir "
+            f"{folder} was trained with other settings ({', '.join(changed[:8])} {'differs' if len(changed) == 1 else 'differ'}); pass --overwrite_output_dir "
             "to start afresh, or use a new --output_dir"
         )
 
