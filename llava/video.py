@@ -55,6 +55,18 @@ def is_video_path(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).lower().endswith(VIDEO_SUFFIXES)
 
 
+def refuse_video_as_image(path: str | os.PathLike[str]) -> None:
+    """Stop a video given where an image is expected (``--image-file clip.mp4``), pointing at ``--video-file``.
+
+    A ``.gif`` passes: PIL reads it as an image (its first frame), as upstream's ``--image-file`` does.
+
+    Raises:
+        UserError: If ``path`` names a video by its suffix (:data:`VIDEO_SUFFIXES`, ``.gif`` excepted).
+    """
+    if is_video_path(path) and not os.fspath(path).lower().endswith(".gif"):
+        raise UserError(f"{os.fspath(path)!r} is a video file, not an image; pass it with --video-file instead")
+
+
 def sample_frame_indices(
     total: int, fps: float, *, video_fps: float = 1, frames_upbound: int = 0, force_sample: bool = False
 ) -> list[int]:
@@ -265,5 +277,5 @@ def write_video(path: str | os.PathLike[str], frames: np.ndarray, fps: int = 8) 
 
 __all__ = [
     "VIDEO_EXTRA", "VIDEO_SUFFIXES", "SampledVideo", "VideoUnreadable", "frames_video", "import_av", "is_video_path",
-    "load_video", "sample_frame_indices", "write_video",
+    "load_video", "refuse_video_as_image", "sample_frame_indices", "write_video",
 ]

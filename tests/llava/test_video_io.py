@@ -73,3 +73,12 @@ def test_missing_pyav_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "av", None)
     with pytest.raises(UserError, match=r"pip install -e \"\.\[video\]\""):
         import_av()
+
+
+def test_only_real_video_suffixes_are_refused_as_images() -> None:
+    from llava.video import refuse_video_as_image
+
+    refuse_video_as_image("scene.gif")  # an image for PIL, as in upstream's --image-file
+    refuse_video_as_image("scene.png")
+    with pytest.raises(UserError, match="'a/clip.MOV' is a video file, not an image; pass it with --video-file"):
+        refuse_video_as_image("a/clip.MOV")
