@@ -55,6 +55,18 @@ def is_video_path(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).lower().endswith(VIDEO_SUFFIXES)
 
 
+def refuse_video_as_image(path: str | os.PathLike[str]) -> None:
+    """Stop a video given where an image is expected (``--image-file clip.mp4``), pointing at ``--video-file``.
+
+    A ``.gif`` passes: PIL reads it as an image (its first frame), as upstream's ``--image-file`` does.
+
+    Raises:
+        UserError: If ``path`` names a video by its suffix (:data:`VIDEO_SUFFIXES`, ``.gif`` excepted).
+    """
+    if is_video_path(path) and not os.fspath(path).lower().endswith(".gif"):
+        raise UserError(f"{os.fspath(path)!r} is a video file, not an image; pass it with --video-file instead")
+
+
 def sample_frame_indices(
     total: int, fps: float, *, video_fps: float = 1, frames_upbound: int = 0, force_sample: bool = False
 ) -> list[int]:
@@ -133,16 +145,26 @@ def _name(source: str | bytes) -> str:
     return repr(source) if isinstance(source, str) else "the uploaded video"
 
 
+def _reason(error: BaseException) -> str:
+    """FFmpeg's own words for a decoding error, without the errno and the file name the sentence already gives
+    (PyAV's ``str()`` is ``[Errno 1094995529] Invalid data found when processing input: 'clip.mp4'``)."""
+    text = str(error)
+    return getattr(error, "strerror", None) or (text.splitlines()[0] if text else type(error).__name__)
+
+
 def _open(source: str | bytes) -> Any:
     """An open PyAV container for a file path or a video file's bytes."""
     av = import_av()
+    if isinstance(source, str) and os.path.isdir(source):
+        raise VideoUnreadable(f"video file {source!r} is a folder; pass the path of a video file")
     if isinstance(source, str) and not os.path.isfile(source):
         raise VideoUnreadable(f"video file {source!r} does not exist")
     try:
         container = av.open(source if isinstance(source, str) else io.BytesIO(source))
     except (av.FFmpegError, OSError, ValueError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise VideoUnreadable(f"cannot read {'video ' if isinstance(source, str) else ''}{_name(source)} ({reason})") from None
+        raise VideoUnreadable(
+            f"cannot read {'video ' if isinstance(source, str) else ''}{_name(source)} ({_reason(error)})"
+        ) from None
     if not container.streams.video:
         container.close()
         raise VideoUnreadable(f"{_name(source)} holds no video stream")
@@ -169,7 +191,7 @@ def _decode(path: str | bytes, keep: set[int] | None) -> tuple[dict[int, np.ndar
                 kept[count] = frame.to_ndarray(format="rgb24")
             count += 1
     except (av.FFmpegError, ValueError) as error:
-        raise VideoUnreadable(f"cannot decode {_name(path)} after {count} frames ({str(error).splitlines()[0]})") from None
+        raise VideoUnreadable(f"cannot decode {_name(path)} after {count} frames ({_reason(error)})") from None
     finally:
         container.close()
     return kept, count, fps
@@ -255,5 +277,5 @@ def write_video(path: str | os.PathLike[str], frames: np.ndarray, fps: int = 8) 
 
 __all__ = [
     "VIDEO_EXTRA", "VIDEO_SUFFIXES", "SampledVideo", "VideoUnreadable", "frames_video", "import_av", "is_video_path",
-    "load_video", "sample_frame_indices", "write_video",
+    "load_video", "refuse_video_as_image", "sample_frame_indices", "write_video",
 ]

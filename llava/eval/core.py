@@ -152,7 +152,7 @@ def run_items(
         answers.close()
     if result.skipped:
         logger.warning(
-            "skipped %d of %d questions whose image is missing or unreadable: %s",
+            "skipped %d of %d questions whose image or video is missing or unreadable: %s",
             len(result.skipped), result.total, ", ".join(repr(question_id) for question_id in result.skipped[:20]),
         )
     return result

@@ -73,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
     """One item: the question text with its one video."""
     require_keys(record, ("question_id", "video", "text"), f"question {record.get('question_id')!r}")
+    if not isinstance(record["video"], str) or not record["video"]:
+        raise UserError(
+            f"question {record['question_id']!r}: 'video' must be one video file's path (relative to --video-folder), "
+            f"got {record['video']!r}"
+        )
     video = VideoRef(
         os.path.join(args.video_folder, record["video"]), frames_upbound=args.frames_upbound,
         force_sample=args.force_sample, video_fps=args.video_fps,

@@ -23,7 +23,7 @@ from llava.generation import GenerationConfig, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
-from llava.video import load_video
+from llava.video import load_video, refuse_video_as_image
 
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None}
@@ -63,7 +63,10 @@ def load_visuals(args: Any) -> list[Any]:
     if bool(image_file) == bool(video_file):
         raise UserError("give either --image-file or --video-file (exactly one of them)")
     if image_file:
-        return load_images(image_parser(args))
+        names = image_parser(args)
+        for name in names:
+            refuse_video_as_image(name)
+        return load_images(names)
     frames, force = getattr(args, "frames_upbound", None), bool(getattr(args, "force_sample", False))
     frames = 16 if frames is None else frames
     if frames < 0 or (force and frames == 0):

@@ -26,7 +26,7 @@ from llava.generation import check_generation_values, default_device, resolve_de
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
-from llava.video import load_video
+from llava.video import load_video, refuse_video_as_image
 
 from .generation import stream_answer
 from .templates import stop_string
@@ -46,6 +46,7 @@ def _load_visual(args: argparse.Namespace) -> object:
     if bool(args.image_file) == bool(getattr(args, "video_file", None)):
         raise UserError("give either --image-file or --video-file (exactly one of them)")
     if args.image_file:
+        refuse_video_as_image(args.image_file)
         return load_image(args.image_file)
     if args.frames_upbound < 1:
         raise UserError(f"--frames-upbound must be >= 1 for a chat about a video, got {args.frames_upbound}")

@@ -60,8 +60,12 @@ def test_unreadable_videos_are_one_sentence(tmp_path) -> None:
         load_video(tmp_path / "missing.mp4")
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(b"\x00not a video at all\x00" * 50)
-    with pytest.raises(VideoUnreadable, match="bad.mp4"):
+    with pytest.raises(VideoUnreadable, match="bad.mp4") as caught:
         load_video(bad)
+    # FFmpeg's reason without PyAV's errno and a second copy of the path.
+    assert "Errno" not in str(caught.value) and str(caught.value).count("bad.mp4") == 1
+    with pytest.raises(VideoUnreadable, match="is a folder; pass the path of a video file"):
+        load_video(tmp_path)
     assert is_video_path("a/b.MP4") and not is_video_path("a/b.png")
 
 
@@ -69,3 +73,12 @@ def test_missing_pyav_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "av", None)
     with pytest.raises(UserError, match=r"pip install -e \"\.\[video\]\""):
         import_av()
+
+
+def test_only_real_video_suffixes_are_refused_as_images() -> None:
+    from llava.video import refuse_video_as_image
+
+    refuse_video_as_image("scene.gif")  # an image for PIL, as in upstream's --image-file
+    refuse_video_as_image("scene.png")
+    with pytest.raises(UserError, match="'a/clip.MOV' is a video file, not an image; pass it with --video-file"):
+        refuse_video_as_image("a/clip.MOV")

@@ -96,6 +96,18 @@ def test_bad_frame_flags_are_refused_first(tmp_path, flags, message) -> None:
         model_vqa_video.main(argv)
 
 
+@pytest.mark.parametrize("video", [5, ["clip0.mp4"], ""])
+def test_a_video_field_that_is_not_one_path_is_one_sentence(tmp_path, video) -> None:
+    # Before the fix a number or a list reached os.path.join (TypeError as the reason) and "" named the folder itself.
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 7, "video": video, "text": "What happens?"}) + "\n")
+    argv = ["--model-path", str(tmp_path / "nothing"), "--question-file", str(questions), "--video-folder", str(tmp_path),
+            "--answers-file", str(tmp_path / "a.jsonl")]
+    with pytest.raises(UserError, match=r"question 7: 'video' must be one video file's path \(relative to --video-folder\)"):
+        model_vqa_video.main(argv)
+    assert not (tmp_path / "a.jsonl").exists()
+
+
 def test_run_llava_and_the_terminal_chat_take_a_video(checkpoint, video_set, monkeypatch, capsys) -> None:
     from llava.eval import run_llava
     from llava.serve import cli
@@ -112,3 +124,18 @@ def test_run_llava_and_the_terminal_chat_take_a_video(checkpoint, video_set, mon
     assert "exit..." in capsys.readouterr().out
     with pytest.raises(Exception, match="does not exist"):
         cli.main([*common, "--video-file", str(folder / "absent.mp4")])
+
+
+def test_a_video_given_as_an_image_points_at_video_file(tmp_path) -> None:
+    # Before the fix: "image file 'clip.mp4' is not a readable image (not a known image format)", after the file was read.
+    from llava.eval import run_llava
+    from llava.serve import cli
+
+    clip = tmp_path / "clip.mp4"
+    write_video(clip, _clip(0), fps=6)
+    common = ["--model-path", str(tmp_path / "nothing"), "--device", "cpu", "--image-file"]
+    message = r"'.*clip.mp4' is a video file, not an image; pass it with --video-file instead"
+    with pytest.raises(UserError, match=message):
+        run_llava.main([*common, f"{tmp_path / 'missing.png'},{clip}", "--query", "What happens?"])
+    with pytest.raises(UserError, match=message):
+        cli.main([*common, str(clip)])
