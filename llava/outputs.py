@@ -99,6 +99,22 @@ def check_outputs(inputs: Mapping[str, PathLike | None], outputs: Mapping[str, P
                 )
 
 
+def check_distinct_outputs(outputs: Mapping[str, PathLike]) -> None:
+    """Refuse two output flags that name the same path (the second write would replace the first).
+
+    Raises:
+        UserError: Naming both flags and the path.
+    """
+    flags = list(outputs)
+    for i, first in enumerate(flags):
+        for second in flags[i + 1 :]:
+            if same_file(outputs[first], outputs[second]):
+                raise UserError(
+                    f"{first} and {second} both name {os.fspath(outputs[second])!r}; one would replace the other, "
+                    f"so pass a different path to one of them"
+                )
+
+
 def _nearest_existing(path: Path) -> Path:
     current = path
     while not current.exists():
@@ -251,6 +267,7 @@ def guard_outputs(
     files = {flag: path for flag, path in (files or {}).items() if path is not None}
     folders = {flag: path for flag, path in (folders or {}).items() if path is not None}
     check_outputs(inputs, {**files, **folders})
+    check_distinct_outputs({**files, **folders})
     for flag, path in files.items():
         check_output_file(path, flag)
     for flag, path in folders.items():

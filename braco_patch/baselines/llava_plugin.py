@@ -230,11 +230,12 @@ def _budget(match: re.Match[str]) -> int | None:
     return budget
 
 
-def _check_selection_budget(budget: int, grid: tuple[int, int], projector_type: str, most: int) -> None:
+def _check_selection_budget(budget: int, grid: tuple[int, int], projector_type: str, most: int, least: int = 1) -> None:
+    """Refuse a budget above ``most``, naming the accepted range ``least..most``."""
     if budget > most:
         raise ValueError(
             f"mm_projector_type {projector_type!r} keeps {budget} tokens but the {grid[0]}x{grid[1]} grid has "
-            f"{grid[0] * grid[1]} patches; accepted budgets: 1..{most}"
+            f"{grid[0] * grid[1]} patches; accepted budgets: {least}..{most}"
         )
 
 
@@ -253,7 +254,7 @@ def _prumerge(context: BuildContext) -> BuiltProjector:
             raise ValueError(f"mm_projector_type {name!r} keeps {budget} token(s), but PruMerge with its extra token needs at least 2")
         if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
             grid = context.tower.grid
-            _check_selection_budget(budget, grid, name, grid[0] * grid[1] + int(extra))
+            _check_selection_budget(budget, grid, name, grid[0] * grid[1] + int(extra), least=1 + int(extra))
     module = PruMerge(context.mm_hidden, budget, plus="_plus" in name, neighbours=neighbours, extra_token=extra)
     return BuiltProjector(CompressThenProject(module, context.mm_hidden, context.hidden, method="attention"), settings.keys)
 

@@ -344,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Comparison:
     args = build_parser().parse_args(argv)
     setup_logging()
+    if args.prompt_tokens < 0:
+        raise UserError(f"--prompt-tokens must be 0 or more text tokens, got {args.prompt_tokens}")
     named = [split_named(v) for v in args.results]
     names = [name for name, _ in named]
     costs = _named(args.cost, "--cost", names)

@@ -437,6 +437,8 @@ REFUSALS = {
                       "perfect square (4, 9, 16, 25, ...), got 10",
     "divprune_k600": "mm_projector_type 'divprune_k600' keeps 600 tokens but the 24x24 grid has 576 patches; accepted budgets: 1..576",
     "prumerge_k1": "mm_projector_type 'prumerge_k1' keeps 1 token(s), but PruMerge with its extra token needs at least 2",
+    # K-1 top patches + the extra token: 2..N+1 (prumerge_k1 is refused above, so the range must not say 1..)
+    "prumerge_k578": "mm_projector_type 'prumerge_k578' keeps 578 tokens but the 24x24 grid has 576 patches; accepted budgets: 2..577",
     "mqt_k300": "mm_projector_type 'mqt_k300' asks for 300 tokens but has 256 queries; accepted: 1..256 (or raise mm_mqt_num_queries)",
 }
 

@@ -169,6 +169,22 @@ def test_out_a_folder_is_one_sentence(tmp_path: Path) -> None:  # E05
         cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--out", str(tmp_path / "cmp")])
 
 
+def test_two_outputs_on_one_file_are_refused_before_writing(tmp_path: Path) -> None:
+    # --json and --out on one path: the JSON used to replace the table silently (two writes, one file left)
+    v, b16 = _two_runs(tmp_path)
+    target = tmp_path / "table.md"
+    with pytest.raises(ValueError, match=r"^--out and --json both name '.*table.md'; one would replace the other"):
+        cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--out", str(target), "--json", str(target)])
+    assert not target.exists()
+
+
+def test_a_negative_prompt_length_is_one_sentence(tmp_path: Path) -> None:
+    # it used to be counted as -5 text tokens, lowering every run's FLOPs
+    v, b16 = _two_runs(tmp_path)
+    with pytest.raises(ValueError, match=r"^--prompt-tokens must be 0 or more text tokens, got -5$"):
+        cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--prompt-tokens", "-5"])
+
+
 def test_a_checkpoint_with_a_broken_config_is_named(tmp_path: Path) -> None:  # E10
     v, b16 = _two_runs(tmp_path)
     broken = tmp_path / "llava-badjson"
