@@ -668,6 +668,16 @@ def templates_for_tokenizer(tokenizer: Any) -> list[str]:
     return sorted(key for key, conv in conv_templates.items() if not missing_tokens(conv, tokenizer))
 
 
+def check_template_name(conv_mode: str) -> None:
+    """Refuse a ``conv_mode`` that is not a key of ``conv_templates`` (callers check it before loading a model).
+
+    Raises:
+        ValueError: Naming ``conv_mode`` and the known templates.
+    """
+    if conv_mode not in conv_templates:
+        raise ValueError(f"unknown conversation template {conv_mode!r}; expected one of {', '.join(sorted(conv_templates))}")
+
+
 def check_template_fits(conv_mode: str, tokenizer: Any) -> None:
     """Refuse a template that relies on tokens the tokenizer lacks.
 
@@ -679,8 +689,7 @@ def check_template_fits(conv_mode: str, tokenizer: Any) -> None:
         ValueError: For an unknown ``conv_mode``, or one whose required tokens are not single tokens of
             ``tokenizer``; the message lists the templates that fit it.
     """
-    if conv_mode not in conv_templates:
-        raise ValueError(f"unknown conversation template {conv_mode!r}; expected one of {', '.join(sorted(conv_templates))}")
+    check_template_name(conv_mode)
     lacking = missing_tokens(conv_templates[conv_mode], tokenizer)
     if lacking:
         raise ValueError(

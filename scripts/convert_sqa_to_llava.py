@@ -26,12 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper module ne
 
 from convert_sqa_to_llava_base_prompt import build_prompt_chatbot  # noqa: E402
 
-from llava.eval.files import read_json  # noqa: E402
+from llava.eval.files import check_fields, read_json  # noqa: E402
 from llava.outputs import guard_outputs, write_json, write_text  # noqa: E402
 from llava.utils import UserError, cli_main  # noqa: E402
 
 SPLITS_FILE = "pid_splits.json"
 PROBLEMS_FILE = "problems.json"
+#: The fields of a ScienceQA problem the prompt is built from, with their types in the official problems.json.
+PROBLEM_FIELDS = {"question": str, "hint": str, "choices": list, "answer": int, "lecture": str, "solution": str}
 
 
 def _examples(base_dir: str, split: str, prompt_format: str) -> list[tuple[str, dict[str, Any], str, str]]:
@@ -49,6 +51,8 @@ def _examples(base_dir: str, split: str, prompt_format: str) -> list[tuple[str, 
             f"pid_splits.json lists problem {missing[0]!r} in split {split!r}, but problems.json has no such problem "
             f"({len(missing)} of {len(splits[split])} ids are missing); use the two files of the same ScienceQA release"
         )
+    for qid in splits[split]:
+        check_fields(problems[qid], PROBLEM_FIELDS, f"problems.json, problem {qid!r}")
     rows = []
     for qid, (source, target) in build_prompt_chatbot(problems, splits[split], prompt_format).items():
         source = source.replace("Question: ", "", 1) if source.startswith("Question: ") else source

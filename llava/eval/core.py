@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tqdm import tqdm
 
+from llava.conversation import check_template_name
 from llava.eval.answers import AnswersFile
 from llava.eval.files import check_fields, guard_outputs, load_questions
 from llava.eval.items import (
@@ -365,13 +366,14 @@ def run_parsed(
     """:func:`run_loader` on already parsed arguments.
 
     Checks, in order and before any model loads: the decoding values, the device, the projector settings, the
-    output path against the inputs, then every record of the question file (fields and types, and that no two
+    conversation template's name, the output path against the inputs, then every record of the question file (fields and types, and that no two
     questions share an answer identity, :func:`check_unique_items`).
     """
     setup_logging()
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
     device = resolve_device(args.device)
     settings = projector_settings(args)
+    check_template_name(args.conv_mode)
     guard_outputs(inputs={"--question-file": args.question_file}, files={"--answers-file": args.answers_file})
     records = load_questions(args.question_file)
     if spec.prepare_records is not None:

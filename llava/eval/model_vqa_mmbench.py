@@ -87,7 +87,8 @@ def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalIt
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all-rounds", action="store_true")
     parser.add_argument("--single-pred-prompt", action="store_true")
-    parser.add_argument("--lang", type=str, default="en")
+    # Upstream took any value and prompted in English unless "cn": a typo ("zh") silently gave English prompts.
+    parser.add_argument("--lang", choices=sorted(INSTRUCTIONS), default="en", help="language of the letter instruction")
 
 
 SPEC = LoaderSpec(

@@ -18,7 +18,7 @@ from typing import Any
 from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
-from llava.conversation import conv_templates, resolve_conv_mode
+from llava.conversation import check_template_name, conv_templates, resolve_conv_mode
 from llava.generation import GenerationConfig, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
@@ -85,9 +85,11 @@ def eval_model(args: Any) -> str:
     from llava.model.builder import load_pretrained_model
 
     options = {**_OPTIONAL_DEFAULTS, **{key: getattr(args, key) for key in _OPTIONAL_DEFAULTS if getattr(args, key, None) is not None}}
-    # Decoding values, the device and the images (or the video) first, so each mistake fails before the slow model load.
+    # Decoding values, the device, the template's name and the images (or the video) first, so each mistake fails before the slow model load.
     config = GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")})
     device = resolve_device(options["device"])
+    if getattr(args, "conv_mode", None) is not None:
+        check_template_name(args.conv_mode)
     images = load_visuals(args)
     model_name = get_model_name_from_path(args.model_path)
     tokenizer, model, image_processor, _ = load_pretrained_model(

@@ -235,12 +235,19 @@ def normalized_accuracy(scores: Mapping[str, float], baseline: Mapping[str, floa
     return sum(relative.values()) / len(relative), relative
 
 
+def run_name(results: str | os.PathLike[str]) -> str:
+    """The default row label: a results folder's whole name (``llava-v1.5-7b``, whose ``.5-7b`` is no file
+    suffix), a scores file's name without ``.json``."""
+    path = Path(results)
+    return (path.name if path.is_dir() else path.stem) or os.fspath(results)
+
+
 def summarize(results: str | os.PathLike[str], baseline: str | os.PathLike[str] | None = None, name: str | None = None) -> Summary:
     """Build the row for ``results``, normalised by ``baseline`` when given."""
     scores = load_scores(results)
     if not scores:
         raise ValueError(f"no benchmark scores found in {os.fspath(results)!r} (expected files like gqa.json)")
-    summary = Summary(name=name or Path(results).stem or os.fspath(results), scores=scores)
+    summary = Summary(name=name or run_name(results), scores=scores)
     if baseline is not None:
         summary.baseline_name = os.fspath(baseline)
         summary.baseline = load_scores(baseline)
@@ -303,9 +310,10 @@ def main(argv: Sequence[str] | None = None) -> Summary:
     args = build_parser().parse_args(argv)
     setup_logging()
     results = Path(args.results)
-    stem = results / "summary" if results.is_dir() else results.with_name(f"{results.stem}_summary")
-    json_path = Path(args.output_json) if args.output_json else stem.with_suffix(".json")
-    csv_path = Path(args.output_csv) if args.output_csv else stem.with_suffix(".csv")
+    # Suffixes are appended, not swapped in: with_suffix would cut a run name such as llava-v1.5-7b at its dot.
+    stem = os.fspath(results / "summary" if results.is_dir() else results.with_name(f"{results.stem}_summary"))
+    json_path = Path(args.output_json) if args.output_json else Path(stem + ".json")
+    csv_path = Path(args.output_csv) if args.output_csv else Path(stem + ".csv")
     inputs = {f"results {path.name}": path for path in input_files(args.results)}
     inputs.update({f"--baseline {path.name}": path for path in input_files(args.baseline)})
     guard_outputs(inputs=inputs, files={"--output-json": json_path, "--output-csv": csv_path})

@@ -70,6 +70,22 @@ def test_sqa_prompt_formats(sqa_dir: Path) -> None:
         module.convert_to_llava(str(sqa_dir), "dev")
 
 
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("lecture", None, "problem '9' has no 'lecture' field"),
+    ("answer", "A", "problem '9': 'answer' must be an integer, got 'A'"),
+])
+def test_sqa_problem_without_a_prompt_field_is_one_sentence(sqa_dir: Path, field: str, value, message: str) -> None:
+    problems = json.loads(json.dumps(PROBLEMS))
+    if value is None:
+        del problems["9"][field]
+    else:
+        problems["9"][field] = value
+    (sqa_dir / "problems.json").write_text(json.dumps(problems))
+    with pytest.raises(ValueError, match=message):
+        _script("convert_sqa_to_llava").convert_to_llava(str(sqa_dir), "test")
+    assert sorted(path.name for path in sqa_dir.iterdir()) == ["pid_splits.json", "problems.json"]
+
+
 def test_extract_mm_projector(tiny_llava_checkpoint, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 

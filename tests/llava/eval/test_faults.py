@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llava.eval import model_vqa, model_vqa_loader, model_vqa_mmbench
+from llava.eval import core, model_vqa, model_vqa_loader, model_vqa_mmbench
 from llava.eval.provenance import sidecar_path
 from llava.mm_utils import ImageUnreadable, open_image
 
@@ -190,3 +190,39 @@ def test_serve_uploads_refuse_bombs_by_the_shared_rule(tmp_path: Path) -> None:
     generous = ImageLimits(max_pixels=10**12, max_bytes=10**9)  # only PIL's bomb guard stands in the way
     with pytest.raises(ImageRejected, match="far more pixels"):
         open_image_bytes(over_limit(), generous)
+
+
+# ------------------------------------------------------------------------------------------------ the stranger walk
+
+
+def test_unknown_conv_mode_is_refused_before_the_model_loads(bench_data: BenchData, checkpoint_dir: Path, tmp_path: Path) -> None:
+    def no_model(args):
+        raise AssertionError("the model was loaded before --conv-mode was checked")
+
+    answers = tmp_path / "a.jsonl"
+    argv = _argv(bench_data, checkpoint_dir, answers)
+    argv[argv.index("vicuna_v1")] = "vicuna_v2"
+    with pytest.raises(ValueError, match="unknown conversation template 'vicuna_v2'; expected one of .*vicuna_v1"):
+        core.run_loader(model_vqa_loader.SPEC, argv, generator_factory=no_model)
+    assert not answers.exists()
+
+
+def test_run_llava_refuses_an_unknown_conv_mode_before_loading(tmp_path: Path) -> None:
+    from llava.eval import run_llava
+
+    # The model path does not exist: reaching the loader would name it instead of the template.
+    argv = ["--model-path", str(tmp_path / "no-model"), "--image-file", str(tmp_path / "x.png"), "--query", "q",
+            "--conv-mode", "llava-v1"]
+    with pytest.raises(ValueError, match="unknown conversation template 'llava-v1'"):
+        run_llava.main(argv)
+
+
+def test_mmbench_refuses_a_language_it_has_no_instruction_for(bench_data: BenchData, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # Upstream prompted in English for any --lang but "cn", so "--lang zh" silently asked MMBench-CN in English.
+    argv = ["--question-file", str(bench_data.mmbench), "--answers-file", str(tmp_path / "a.jsonl"),
+            "--single-pred-prompt", "--lang", "zh"]
+    with pytest.raises(SystemExit) as stopped:
+        run(model_vqa_mmbench, argv)
+    assert stopped.value.code == 2
+    assert "--lang: invalid choice: 'zh'" in capsys.readouterr().err

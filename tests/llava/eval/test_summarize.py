@@ -61,6 +61,17 @@ def test_braco16_percentages_and_table(tmp_path: Path, capsys: pytest.CaptureFix
     assert (tmp_path / "braco16_summary.json").is_file() and (tmp_path / "braco16_summary.csv").is_file()
 
 
+def test_dotted_run_names_label_the_row_and_name_the_outputs(tmp_path: Path) -> None:
+    # Upstream's checkpoint names have a dot (llava-v1.5-7b): it is part of the name, not a file suffix.
+    run = results_dir(tmp_path / "llava-v1.5-7b-braco_c3s7", BRACO_ROWS["16 tokens"][0])
+    assert summarize.main([str(run)]).name == "llava-v1.5-7b-braco_c3s7"
+    scores_file = tmp_path / "llava-v1.5-7b.json"
+    scores_file.write_text(json.dumps(dict(zip(KEYS, VANILLA))))
+    assert summarize.main([str(scores_file)]).name == "llava-v1.5-7b"
+    written = sorted(path.name for path in tmp_path.iterdir() if path.is_file())
+    assert written == ["llava-v1.5-7b.json", "llava-v1.5-7b_summary.csv", "llava-v1.5-7b_summary.json"]
+
+
 def test_partial_results_and_no_baseline(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
