@@ -37,6 +37,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as hf_init
 
 from llava.constants import IMAGE_TOKEN_INDEX
+from llava.model.cache_argument import cache_argument, take_cache
 
 from . import image_encoding, patch_merge, splice
 from .compressor_text import QuestionIds, text_per_image
@@ -247,6 +248,7 @@ class LlavaMetaForCausalLM(ABC):
         Returns:
             ``CausalLMOutputWithPast`` with ``logits`` ``[B, L', vocab]`` over the spliced sequence.
         """
+        past_key_values = take_cache(past_key_values, kwargs)
         if inputs_embeds is None:
             (input_ids, position_ids, attention_mask, past_key_values, inputs_embeds, labels) = (
                 self.prepare_inputs_labels_for_multimodal(
@@ -259,11 +261,11 @@ class LlavaMetaForCausalLM(ABC):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             labels=labels,
             use_cache=use_cache,
             logits_to_keep=logits_to_keep,
+            **{cache_argument(type(self.get_model()).forward): past_key_values},
             **kwargs,
         )
 
@@ -337,11 +339,12 @@ class LlavaMetaForCausalLM(ABC):
         as ``__init__`` builds them), without the causal-LM wrapper and its output object, which cost a fifth of
         a decoding step for a small model.
         """
+        name = cache_argument(type(self.get_model()).forward)
         out = self.get_model()(
             input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-            position_ids=position_ids, past_key_values=past_key_values, use_cache=True,
+            position_ids=position_ids, use_cache=True, **{name: past_key_values},
         )
-        return self.lm_head(out.last_hidden_state[:, -1]), out.past_key_values
+        return self.lm_head(out.last_hidden_state[:, -1]), getattr(out, name)
 
     def get_vision_tower(self) -> CLIPVisionTower | None:
         return self.get_model().get_vision_tower()

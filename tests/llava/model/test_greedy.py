@@ -8,12 +8,15 @@ and without, at batch 1 and left-padded batches, with EOS ids that stop rows at 
 
 from __future__ import annotations
 
+import copy
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessorList, StoppingCriteriaList
 
+from llava.model.cache_argument import cache_argument, take_cache
 from llava.model.greedy import GreedyPlan, greedy_decode, greedy_plan
 from llava.testing.tiny import build_tiny_llava_checkpoint
 
@@ -191,3 +194,41 @@ def test_loop_feeds_each_token_with_its_position_and_mask() -> None:
     calls.clear()
     greedy_decode(step, embeds, torch.ones(2, 3, dtype=torch.long), None, GreedyPlan(2, (), None))
     assert [call["mask"] for call in calls] == [None, None] and [call["positions"] for call in calls] == [None, None]
+
+
+@pytest.mark.parametrize("reference", [True, False], ids=["transformers", "loop"])
+@pytest.mark.parametrize("llm", list(TEMPLATES))
+def test_generation_passes_the_cache_under_the_installed_name(family, llm, reference) -> None:
+    # transformers 5.24 renamed past_key_values to cache (the old name goes in 5.40); a model that still passes
+    # the old name warns on every step, and breaks once it is gone.
+    tokenizer, model, image_processor, _ = family(llm)
+    _, ids, mask, images = _batch(llm, tokenizer, image_processor, model, with_images=True)
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        _generate(model, ids, attention_mask=mask, images=images, reference=reference, max_new_tokens=3,
+                  do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert not [str(w.message) for w in caught if "past_key_values" in str(w.message)]
+
+
+def test_forward_takes_the_cache_under_either_name(family) -> None:
+    tokenizer, model, _, _ = family("llama")
+    ids = torch.tensor([[1, 5, 6, 7]])
+    with torch.inference_mode():
+        first = model(input_ids=ids[:, :3], use_cache=True)
+        cache = getattr(first, cache_argument(type(model.get_model()).forward))
+        whole = model(input_ids=ids).logits[:, -1]
+        by_new_name = model(input_ids=ids[:, 3:], cache=copy.deepcopy(cache)).logits[:, -1]
+        by_upstream_name = model(input_ids=ids[:, 3:], past_key_values=copy.deepcopy(cache)).logits[:, -1]
+        with pytest.raises(ValueError, match="not both"):
+            model(input_ids=ids[:, 3:], cache=cache, past_key_values=cache)
+    torch.testing.assert_close(by_new_name, whole, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(by_upstream_name, whole, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_argument_reads_the_signature() -> None:
+    def new(self, input_ids=None, cache=None): ...
+    def old(self, input_ids=None, past_key_values=None): ...
+
+    assert (cache_argument(new), cache_argument(old)) == ("cache", "past_key_values")
+    assert take_cache(None, {"cache": 1}) == 1
+    assert take_cache(2, {}) == 2
