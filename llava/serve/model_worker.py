@@ -58,6 +58,7 @@ from .flags import (
     add_model_flags,
     add_request_limit_flags,
     add_server_limit_flags,
+    check_bind,
     image_limits,
     request_limit,
     server_limits,
@@ -324,6 +325,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise UserError(f"--max-waiting-requests must be at least 0, got {args.max_waiting_requests}")
     if args.limit_model_concurrency < 1:
         raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")
+    if args.stream_interval < 1:
+        raise UserError(f"--stream-interval must be at least 1, got {args.stream_interval}")
+    if not args.heartbeat_interval > 0:
+        raise UserError(f"--heartbeat-interval must be a positive number of seconds, got {args.heartbeat_interval!r}")
+    check_bind(args.host, args.port)
     worker_address = args.worker_address or default_worker_address(args.host, args.port)
     if not args.no_register:
         _check_addresses(args.controller_address, worker_address)
