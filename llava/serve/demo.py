@@ -23,7 +23,6 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from llava.generation import resolve_device
 from llava.utils import UserError, cli_main, setup_logging
 
 from .flags import add_model_flags, add_page_flags, check_bind, server_limits
@@ -44,6 +43,8 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     Returns the gradio app (already serving) when ``block`` is False.
     """
     args = build_parser().parse_args(argv)  # before importing gradio, so that --help and bad flags answer at once
+    from llava.generation import resolve_device
+
     from .backends import LocalBackend
     from .chat_ui import build_demo, launch_from_args, options_from_args
     from .engine import ModelEngine

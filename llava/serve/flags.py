@@ -75,12 +75,10 @@ def check_bind(host: str, port: int | None) -> None:
 def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     """``--model-path --model-base --model-name --device --load-8bit --load-4bit --use-flash-attn``, and
     ``--limit-model-concurrency``."""
-    from llava.generation import default_device
-
     add_flag(parser, "--model-path", type=str, required=required, default=None if required else "facebook/opt-350m")
     add_flag(parser, "--model-base", type=str, default=None)
     add_flag(parser, "--model-name", type=str, default=None, help="name shown and matched (default: from --model-path)")
-    add_flag(parser, "--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    add_flag(parser, "--device", type=str, default=None, help="default: cuda if available, else cpu")
     add_flag(parser, "--load-8bit", action="store_true")
     add_flag(parser, "--load-4bit", action="store_true")
     add_flag(parser, "--use-flash-attn", action="store_true")
