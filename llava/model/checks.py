@@ -64,9 +64,11 @@ def _looks_like_a_path(name: str) -> bool:
 
 
 def check_model_path(model_path: str, flag: str = "--model-path") -> None:
-    """Raise when ``model_path`` is meant as a local folder that does not exist."""
+    """Raise when ``model_path`` is meant as a local folder that does not exist, or is a file."""
     if not os.path.exists(os.path.expanduser(model_path)) and _looks_like_a_path(model_path):
         raise UserError(f"{flag} {model_path!r} does not exist; pass a checkpoint folder or a hub id such as 'liuhaotian/llava-v1.5-7b'")
+    if os.path.isfile(os.path.expanduser(model_path)):
+        raise UserError(f"{flag} {model_path!r} is a file; pass the checkpoint folder that holds config.json and the weights")
 
 
 def read_boolean(key: str, value: Any) -> bool:

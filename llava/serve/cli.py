@@ -22,13 +22,8 @@ from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
-from llava.generation import check_generation_values, default_device, resolve_device
-from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
-from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
-from llava.video import load_video, refuse_video_as_image
 
-from .generation import stream_answer
 from .templates import stop_string
 
 logger = logging.getLogger(__name__)
@@ -43,6 +38,9 @@ def _read_turn(prompt: str) -> str:
 
 def _load_visual(args: argparse.Namespace) -> object:
     """The image of ``--image-file`` or the sampled video of ``--video-file`` (exactly one must be given)."""
+    from llava.mm_utils import load_image
+    from llava.video import load_video, refuse_video_as_image
+
     if bool(args.image_file) == bool(getattr(args, "video_file", None)):
         raise UserError("give either --image-file or --video-file (exactly one of them)")
     if args.image_file:
@@ -55,7 +53,13 @@ def _load_visual(args: argparse.Namespace) -> object:
 
 def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
+    # torch and transformers load here, not at import: --help answers at once.
+    from llava.generation import check_generation_values, resolve_device
+    from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
     from llava.model.builder import load_pretrained_model
+    from llava.model.compressor_text import question_kwargs
+
+    from .generation import stream_answer
 
     # Flags and the image (or the video) are checked before the (slow) model load, so they fail fast.
     check_generation_values(args.temperature, None, 1, args.max_new_tokens)
@@ -113,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="at most this many video frames, evenly spread")
     parser.add_argument("--force-sample", "--force_sample", dest="force_sample", action="store_true",
                         help="always take --frames-upbound evenly spread frames")
-    parser.add_argument("--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--conv-mode", type=str, default=None)
     parser.add_argument("--temperature", type=float, default=0.2)
     parser.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=512)

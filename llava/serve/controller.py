@@ -44,10 +44,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from llava import net
 from llava.constants import CONTROLLER_HEART_BEAT_EXPIRATION
-from llava.utils import cli_main, setup_logging
+from llava.utils import UserError, cli_main, setup_logging
 
 from .admission import AllowedHosts, WorkerRefused, parse_status, worker_origin
-from .flags import add_bind_flags, add_flag, add_request_limit_flags, add_server_limit_flags, request_limit, server_limits
+from .flags import (
+    add_bind_flags,
+    add_flag,
+    add_request_limit_flags,
+    add_server_limit_flags,
+    check_bind,
+    request_limit,
+    server_limits,
+)
 from .protocol import (
     CHUNK_DELIMITER,
     NO_WORKER,
@@ -426,6 +434,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
     max_request_bytes, limits = request_limit(args), server_limits(args)
+    if not args.heartbeat_expiration > 0:
+        raise UserError(f"--heartbeat-expiration must be a positive number of seconds, got {args.heartbeat_expiration!r}")
+    if not args.stream_timeout > 0:
+        raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
+    check_bind(args.host, args.port)
     allowed = AllowedHosts.parse(args.allowed_worker_hosts)
     if allowed.any_host:
         logger.warning("--allowed-worker-hosts '*': any host that can reach this controller can register a worker")

@@ -23,10 +23,9 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from llava.generation import resolve_device
 from llava.utils import UserError, cli_main, setup_logging
 
-from .flags import add_model_flags, add_page_flags, server_limits
+from .flags import add_model_flags, add_page_flags, check_bind, server_limits
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +42,13 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
 
     Returns the gradio app (already serving) when ``block`` is False.
     """
+    args = build_parser().parse_args(argv)  # before importing gradio, so that --help and bad flags answer at once
+    from llava.generation import resolve_device
+
     from .backends import LocalBackend
     from .chat_ui import build_demo, launch_from_args, options_from_args
     from .engine import ModelEngine
 
-    args = build_parser().parse_args(argv)
     setup_logging(logging.INFO)
     # Every flag is checked before the (slow) model load.
     options = options_from_args(args)
@@ -55,6 +56,7 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     server_limits(args)
     if args.limit_model_concurrency < 1:
         raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")
+    check_bind(args.host, args.port)
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
         device=device, use_flash_attn=args.use_flash_attn, image_limits=options.image_limits,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 from typing import TYPE_CHECKING, Any
 
 from llava.utils import UserError
@@ -23,20 +25,60 @@ def add_flag(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs
     parser.add_argument(*names, **kwargs)
 
 
+def port_number(text: str) -> int:
+    """``--port``'s argparse type: a TCP port, 0 to 65535 (0: any free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; give one from 1 to 65535")
+    return port
+
+
 def add_bind_flags(parser: argparse.ArgumentParser, port: int | None) -> None:
     add_flag(parser, "--host", type=str, default="127.0.0.1", help=LOOPBACK_HELP)
-    add_flag(parser, "--port", type=int, default=port, help=None if port else "default: gradio picks one from 7860")
+    add_flag(parser, "--port", type=port_number, default=port,
+             help=None if port else "default: gradio picks one from 7860")
+
+
+def check_bind(host: str, port: int | None) -> None:
+    """Refuse a ``--host`` this machine cannot listen on, or a ``--port`` already taken there, before the slow
+    start-up (a model load, the page) rather than after it.
+
+    Binds and closes a socket the way uvicorn binds its own (``SO_REUSEADDR``, IPv6 for an address with ``:``);
+    ``port`` ``None`` or 0 (the server picks a free one) is not checked.
+
+    Raises:
+        UserError: Naming the host or port and what to do.
+    """
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except socket.gaierror:
+            raise UserError(f"--host {host!r} is not an address or host name this machine can resolve; give e.g. "
+                            "127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise UserError(f"--port {port} is already in use on {host}; stop what listens there or pick another "
+                                "--port") from None
+            if error.errno == errno.EADDRNOTAVAIL:
+                raise UserError(f"--host {host} is not an address of this machine; give 127.0.0.1 (this machine only) "
+                                "or 0.0.0.0 (every interface)") from None
+            raise UserError(f"cannot listen on {host} port {port} ({error.strerror}); pick another --host or --port") from None
 
 
 def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     """``--model-path --model-base --model-name --device --load-8bit --load-4bit --use-flash-attn``, and
     ``--limit-model-concurrency``."""
-    from llava.generation import default_device
-
     add_flag(parser, "--model-path", type=str, required=required, default=None if required else "facebook/opt-350m")
     add_flag(parser, "--model-base", type=str, default=None)
     add_flag(parser, "--model-name", type=str, default=None, help="name shown and matched (default: from --model-path)")
-    add_flag(parser, "--device", type=str, default=default_device(), help="default: cuda if available, else cpu")
+    add_flag(parser, "--device", type=str, default=None, help="default: cuda if available, else cpu")
     add_flag(parser, "--load-8bit", action="store_true")
     add_flag(parser, "--load-4bit", action="store_true")
     add_flag(parser, "--use-flash-attn", action="store_true")
@@ -104,5 +146,5 @@ def add_page_flags(parser: argparse.ArgumentParser) -> None:
 
 __all__ = [
     "add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "add_request_limit_flags",
-    "add_server_limit_flags", "image_limits", "request_limit", "server_limits",
+    "add_server_limit_flags", "check_bind", "image_limits", "port_number", "request_limit", "server_limits",
 ]

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from llava import net
 from llava.utils import UserError, cli_main, setup_logging
 
-from .flags import add_flag, add_page_flags, server_limits
+from .flags import add_flag, add_page_flags, check_bind, server_limits
 
 logger = logging.getLogger(__name__)
 DESCRIPTION = __doc__.splitlines()[0]
@@ -47,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, *, block: bool = True):
     """Parse ``argv`` (default ``sys.argv[1:]``) and serve the page; returns the gradio app when ``block`` is False."""
+    args = build_parser().parse_args(argv)  # before importing gradio, so that --help and bad flags answer at once
     from .backends import ControllerBackend
     from .chat_ui import build_demo, launch_from_args, options_from_args
 
-    args = build_parser().parse_args(argv)
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
     if args.moderate:
@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
         raise UserError(f"--controller-url: {error}; give e.g. http://localhost:21001") from None
     if not args.stream_timeout > 0:
         raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
+    check_bind(args.host, args.port)
     backend = ControllerBackend(args.controller_url, stream_timeout=args.stream_timeout)
     models = backend.list_models()
     if not models:

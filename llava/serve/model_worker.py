@@ -37,7 +37,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -46,11 +46,9 @@ from starlette.concurrency import iterate_in_threadpool
 
 from llava import net
 from llava.constants import WORKER_HEART_BEAT_INTERVAL
-from llava.generation import resolve_device
 from llava.utils import UserError, cli_main, setup_logging
 
 from .admission import AllowedHosts, WorkerRefused, worker_origin
-from .engine import ModelEngine
 from .flags import (
     add_bind_flags,
     add_flag,
@@ -58,12 +56,16 @@ from .flags import (
     add_model_flags,
     add_request_limit_flags,
     add_server_limit_flags,
+    check_bind,
     image_limits,
     request_limit,
     server_limits,
 )
 from .protocol import WORKER_ERROR, sentence
 from .webapi import DEFAULT_MAX_REQUEST_BYTES, PendingLimit, bad_request, read_body, uvicorn_server
+
+if TYPE_CHECKING:
+    from .engine import ModelEngine
 
 logger = logging.getLogger(__name__)
 
@@ -313,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``), load the model and serve until interrupted."""
     args = build_parser().parse_args(argv)
+    from llava.generation import resolve_device  # torch: not for --help
+
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
     # Every flag is checked before the (slow) model load.
@@ -324,9 +328,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise UserError(f"--max-waiting-requests must be at least 0, got {args.max_waiting_requests}")
     if args.limit_model_concurrency < 1:
         raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")
+    if args.stream_interval < 1:
+        raise UserError(f"--stream-interval must be at least 1, got {args.stream_interval}")
+    if not args.heartbeat_interval > 0:
+        raise UserError(f"--heartbeat-interval must be a positive number of seconds, got {args.heartbeat_interval!r}")
+    check_bind(args.host, args.port)
     worker_address = args.worker_address or default_worker_address(args.host, args.port)
     if not args.no_register:
         _check_addresses(args.controller_address, worker_address)
+    from .engine import ModelEngine  # transformers and the model code: only once every flag is checked
+
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
         device=device, use_flash_attn=args.use_flash_attn,

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 
 from llava import net
 from llava.conversation import SeparatorStyle, default_conversation
-from llava.generation import check_generation_values
 from llava.utils import UserError, cli_main
 
 from .flags import add_flag
@@ -97,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> str:
     args = build_parser().parse_args(argv)
+    from llava.generation import check_generation_values  # torch: not for --help
+
     check_generation_values(0.7, None, 1, args.max_new_tokens)  # before asking the controller: --max-new-tokens 0 is one sentence
     address = args.worker_address or worker_for(args.controller_address, args.model_name)
     return send_message(address, args.model_name, args.message, args.max_new_tokens)
