@@ -25,6 +25,8 @@ from typing import Any
 import torch
 
 from llava.cost.measure import time_call
+from llava.outputs import guard_outputs, write_json
+from llava.utils import cli_main
 
 
 def matmul_peak_tflops(device: str, size: int, repeats: int = 10) -> float:
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a GPU (use --device cpu to check the wiring)")
+    guard_outputs(files={"--out": args.out})  # before the measurements: a folder or unwritable --out fails now
 
     size = args.matmul_size if args.device == "cuda" else min(args.matmul_size, 1024)
     peak = matmul_peak_tflops(args.device, size)
@@ -106,11 +109,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "device": args.device,
               "matmul_peak_tflops": peak, "matmul_size": size, "rows": rows,
               "headers": {name: run.get("header", run) for name, run in runs.items()}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     print(f"wrote {args.out}")
     return result
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +23,8 @@ from braco_patch import BracoConfig
 from braco_patch.cost.measure import braco_projector
 from llava.cost.measure import MeasureOptions, RandomPipeline, describe_device, time_call
 from llava.cost.presets import get_preset
+from llava.outputs import guard_outputs, write_json
+from llava.utils import cli_main
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a GPU (use --device cpu to check the wiring)")
+    guard_outputs(files={"--out": args.out})  # before the measurements: a folder or unwritable --out fails now
     from peft import LoraConfig, get_peft_model
 
     device = torch.device(args.device)
@@ -94,10 +95,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "text_tokens": args.text_tokens, "llm_layers": args.layers or pipe.spec.llm.num_hidden_layers,
               "lora": {"r": 128, "alpha": 256, "targets": LORA_TARGETS}, "gradient_checkpointing": True,
               "rows": rows, "vanilla_over_braco16": ratio}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     return result
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main(main))

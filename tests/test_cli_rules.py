@@ -274,12 +274,12 @@ def test_braco_diagnostics_check_device_and_out_before_the_tower(tmp_path: Path,
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit) as caught:
             diagnose_main(["energy", "--vision-tower", missing, "--images", str(tmp_path), "--device", "cuda"])
-        assert caught.value.code == 1 and "--device cuda needs a GPU" in capsys.readouterr().err
+        assert caught.value.code == 2 and "--device cuda needs a GPU" in capsys.readouterr().err
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit) as caught:
         calibrate_main(["--vision-tower", missing, "--images", str(tmp_path / "out"), "--out", str(tmp_path / "out")])
-    assert caught.value.code == 1 and "--out" in capsys.readouterr().err
+    assert caught.value.code == 2 and "--out" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
 
 

@@ -27,23 +27,22 @@ import logging
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+# Light imports only: --help and a bad flag must answer without loading torch or transformers (the work below
+# imports them where it runs).
 from llava.cost.fast import FAST_MODES
 from llava.cost.flops import CONVENTION
 from llava.cost.pipeline import Accounting, cost_setting
 from llava.cost.presets import PipelineSpec, get_preset, list_presets, load_spec
-from llava.cost.video import Video, frame_inputs, video_setting
-from llava.devices import resolve_device, resolve_dtype
 from llava.outputs import guard_outputs, write_text
 
 from ..argtypes import positive_int
-from ..config import NAME_PATTERN, PROJECTOR_PREFIX, BracoConfig
-from .by_type import compressors_table, expand_types, format_compressors, format_types, types_table
-from .coder_flops import check_allocation
-from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table, unit_for
+
+if TYPE_CHECKING:
+    from llava.cost.video import Video
+
+    from ..config import BracoConfig
 
 __all__ = ["main", "run", "build_parser"]
 
@@ -119,6 +118,8 @@ def _spec(args: argparse.Namespace) -> PipelineSpec:
 
 def _braco_allocation(name: str) -> BracoConfig | None:
     """The allocation a Braco name means (``braco_c3s7``, ``c4s9_idct``, ``braco_k16``), else ``None``."""
+    from ..config import BracoConfig
+
     try:
         return BracoConfig.from_name(name)
     except ValueError:
@@ -126,6 +127,9 @@ def _braco_allocation(name: str) -> BracoConfig | None:
 
 
 def _allocations(args: argparse.Namespace, spec: PipelineSpec, inputs) -> list[BracoConfig]:
+    from ..config import BracoConfig
+    from .coder_flops import check_allocation
+
     if args.projector:
         allocations = [a for a in map(_braco_allocation, _types(args, spec)) if a is not None]
     else:
@@ -142,6 +146,9 @@ def _types(args: argparse.Namespace, spec: PipelineSpec | None = None) -> list[s
     the types ``all`` gives that do not fit its grid are left out."""
     if not args.projector:
         return []
+    from ..config import NAME_PATTERN, PROJECTOR_PREFIX
+    from .by_type import expand_types
+
     # a bare Braco allocation (c3s7, k16) is the projector type braco_c3s7 / braco_k16
     names = [f"{PROJECTOR_PREFIX}{name}" if NAME_PATTERN.fullmatch(name) else name for name in args.projector]
     return expand_types(names, args.budgets, cost_setting(spec) if spec is not None else None)
@@ -156,6 +163,8 @@ def _checkpoint_config(args: argparse.Namespace) -> SimpleNamespace | None:
 
 
 def _run_compressors(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
+    from .by_type import compressors_table, format_compressors
+
     setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention)
     print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py)")
     tables = {}
@@ -194,11 +203,21 @@ def _video(args: argparse.Namespace, spec: PipelineSpec, inputs) -> Video | None
     """The video ``--frames`` asks for, laid out by ``--config``'s video keys (NeXT's defaults for a preset)."""
     if args.frames is None:
         return None
+    from llava.cost.video import video_setting
+
     return video_setting(args.frames, spec.grid(inputs[0]), _checkpoint_config(args))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build every table (and measurement) for parsed ``args``; prints them; returns the JSON-able result."""
+    import torch
+
+    from llava.cost.video import frame_inputs
+    from llava.devices import resolve_device
+
+    from .by_type import format_types, types_table
+    from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table
+
     _check_frames(args)
     if args.table == "compressors":
         return _run_compressors(args, _spec(args))
@@ -240,8 +259,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting, acc: Accounting) -> dict[str, Any]:
+    import torch
+
     from llava.cost.measure import MeasureOptions
     from llava.cost.measure_types import measure_pipeline_types, measure_types
+    from llava.devices import resolve_device, resolve_dtype
 
     device = torch.device(resolve_device(args.device))
     cap = args.vision_layers if isinstance(args.vision_layers, int) else None
@@ -263,7 +285,10 @@ def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str
 
 
 def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]:
+    import torch
+
     from llava.cost import measure as engine
+    from llava.devices import resolve_device, resolve_dtype
 
     from . import measure
 
@@ -296,6 +321,8 @@ def _measure(args, spec, inputs, allocations, acc, vision_cap) -> dict[str, Any]
 
 
 def _format_measured(rows: list[dict[str, Any]], title: str) -> str:
+    from .report import unit_for
+
     scale, unit = unit_for(r["analytic"] for r in rows)
     lines = [title, f"{'batch':>5} {'variant':<34} {'bound.':>6} {'median ms':>10} {'std ms':>8} {'peak MiB':>9} "
                     f"{'prof. mm ' + unit:>10} {'anal. mm ' + unit:>10} {'prof. all ' + unit:>11} {'analytic ' + unit:>11}"]

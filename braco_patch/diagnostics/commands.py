@@ -9,7 +9,7 @@
 
 Each writes JSON, CSV and PNG files into ``--out`` and prints a short summary. Bad inputs (missing tower,
 empty or missing image folder, unreadable image, budget or cutoff larger than the grid) end the command
-with one sentence on stderr and exit status 1.
+with one sentence on stderr and exit status 2 (the user-error status of llava.utils.cli_main).
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ def _run(prog: str, fn, args) -> dict:
         return fn(args)
     except (InputError, UserError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(2) from None
 
 
 def diagnose_main(argv=None) -> dict:

@@ -19,12 +19,14 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .flops import LMHead, VisionLayers, elementwise, llm_prefill_flops, total, vision_layers_run, vision_tower_flops
 from .module import CostSetting, module_cost
 from .presets import PipelineSpec, load_spec
-from .video import Video, video_setting
+
+if TYPE_CHECKING:  # .video imports torch and the model package; the accounting itself needs neither
+    from .video import Video
 
 __all__ = ["Accounting", "checkpoint_prefill_flops", "cost_setting", "projector_pipeline_flops"]
 
@@ -119,6 +121,8 @@ def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_toke
     values = json.loads(config_file.read_text(encoding="utf-8"))
     projector_type = values.get("mm_projector_type") or "linear"
     config = SimpleNamespace(**values)
+    if frames is not None:
+        from .video import video_setting
     video = None if frames is None else video_setting(frames, spec.grid(spec.inputs[0]), config)
     out = projector_pipeline_flops(
         spec, projector_type, prompt_tokens=prompt_tokens, count_attention=True, lm_head="last", computation="ours",

@@ -18,11 +18,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-from transformers import CLIPVisionConfig, LlamaConfig, Qwen2Config, SiglipVisionConfig
+from typing import TYPE_CHECKING, Any, Callable
 
 from .flops import LMDims, VisionDims
+
+if TYPE_CHECKING:  # transformers is imported where a config is built, so that listing the presets stays light
+    from transformers import CLIPVisionConfig, LlamaConfig, Qwen2Config, SiglipVisionConfig
 
 __all__ = ["InputSpec", "KNOWN_TOWERS", "NEXT_PINPOINTS_336", "NEXT_PINPOINTS_384", "PipelineSpec", "PRESETS",
            "list_presets", "get_preset", "load_spec", "load_vision_config", "projector_depth"]
@@ -128,6 +129,8 @@ class PipelineSpec:
 # -- built-in towers and LLMs (published dimensions) -------------------------------------------------
 def clip_vit_l14_336() -> CLIPVisionConfig:
     """openai/clip-vit-large-patch14-336: 24 layers, d 1024, MLP 4096, 16 heads, 336 px / 14 → 577 tokens."""
+    from transformers import CLIPVisionConfig
+
     return CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
                             image_size=336, patch_size=14, projection_dim=768, hidden_act="quick_gelu")
 
@@ -137,6 +140,8 @@ def siglip_so400m_384() -> SiglipVisionConfig:
 
     ``vision_use_head=False``: LLaVA-style towers read hidden states and drop the pooling head.
     """
+    from transformers import SiglipVisionConfig
+
     return SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
                               image_size=384, patch_size=14, hidden_act="gelu_pytorch_tanh", vision_use_head=False)
 
@@ -144,18 +149,24 @@ def siglip_so400m_384() -> SiglipVisionConfig:
 def siglip2_so400m_512() -> SiglipVisionConfig:
     """google/siglip2-so400m-patch16-512 (fixed resolution, stored as ``siglip``): so400m widths, 512 px / 16 → 32 x 32
     = 1024 tokens, no CLS; ``vision_use_head=False`` as above."""
+    from transformers import SiglipVisionConfig
+
     return SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
                               image_size=512, patch_size=16, hidden_act="gelu_pytorch_tanh", vision_use_head=False)
 
 
 def vicuna_7b() -> LlamaConfig:
     """lmsys/vicuna-7b-v1.5 (Llama-2-7B dims): 32 layers, 4096, MLP 11008, 32 heads (no GQA), vocab 32000."""
+    from transformers import LlamaConfig
+
     return LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                        num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5)
 
 
 def qwen25_3b() -> Qwen2Config:
     """Qwen/Qwen2.5-3B: 36 layers, 2048, MLP 11008, 16 query / 2 KV heads, vocab 151936, tied embeddings."""
+    from transformers import Qwen2Config
+
     return Qwen2Config(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6,
                        tie_word_embeddings=True)
@@ -245,6 +256,8 @@ def _read_json(path: str | Path, what: str) -> tuple[dict, Path]:
 
 
 def _lm_config(values: dict, source: str) -> Any:
+    from transformers import LlamaConfig, Qwen2Config
+
     model_type = values.get("model_type", "llama")
     if model_type in _LLAMA_TYPES:
         cls = LlamaConfig

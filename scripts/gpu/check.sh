@@ -13,17 +13,25 @@
 # Environment: GPU_CHECK_STEPS ("tests bench train" by default, for a machine without a time limit),
 # GPU_CHECK_BUDGET_S (total seconds, default 540).
 # Exit status: 0 when every step passed; 1 when a step failed, timed out or was skipped for lack of time (the
-# summary says which); 2 when $OUT is a folder of someone else's files (it is left untouched).
+# summary says which); 2 when $OUT is a folder of someone else's files (it is left untouched), a file, or cannot be
+# written.
 set -uo pipefail
 
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-outputs/gpu}
 MARKER=.llava-output
+if [ -e "$OUT" ] && [ ! -d "$OUT" ]; then
+    echo "check.sh: error: OUT '$OUT' is a file, not a folder; choose an empty or new folder" >&2
+    exit 2
+fi
 if [ -d "$OUT" ] && [ ! -f "$OUT/$MARKER" ] && [ -n "$(ls -A "$OUT")" ]; then
     echo "check.sh: error: OUT '$OUT' already holds files this script did not write; choose an empty or new folder" >&2
     exit 2
 fi
-mkdir -p "$OUT" && echo "written by scripts/gpu/check.sh; a re-run of it may replace this folder" > "$OUT/$MARKER"
+if ! { mkdir -p "$OUT" && echo "written by scripts/gpu/check.sh; a re-run of it may replace this folder" > "$OUT/$MARKER"; } 2>/dev/null; then
+    echo "check.sh: error: OUT '$OUT' cannot be written here; choose a writable folder" >&2
+    exit 2
+fi
 START=$(date +%s)
 FAILURES=0
 BUDGET=${GPU_CHECK_BUDGET_S:-540}

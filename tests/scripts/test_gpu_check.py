@@ -48,6 +48,15 @@ def test_a_folder_of_someone_elses_files_is_refused_untouched(tmp_path: Path) ->
     assert (out / "summary.txt").read_text() == "my own notes" and sorted(p.name for p in out.iterdir()) == ["summary.txt"]
 
 
+def test_an_out_that_is_a_file_is_refused_untouched(tmp_path: Path) -> None:
+    # The script used to go on (mkdir failing), install, and exit 0 with no summary written anywhere.
+    out = tmp_path / "results.txt"
+    out.write_text("my own notes")
+    result = _run(tmp_path, out, python_exit=0)
+    assert result.returncode == 2 and "is a file, not a folder" in result.stderr, result.stdout + result.stderr
+    assert out.read_text() == "my own notes"
+
+
 @pytest.mark.skipif(not Path("/usr/bin/make").exists() and not Path("/bin/make").exists(), reason="make is not installed")
 def test_make_clean_removes_only_the_projects_outputs(tmp_path: Path) -> None:
     # M14: `make clean` ran `rm -rf outputs` and deleted the user's own results with it.

@@ -137,3 +137,16 @@ def _write(tmp_path, values):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(values))
     return path
+
+
+@pytest.mark.parametrize("argv", [["cost", "--help"], ["cost", "--iters", "0"], ["cost", "--preset"]])
+def test_help_and_bad_flags_answer_without_loading_torch_or_transformers(argv):
+    # A fresh interpreter: this test process has torch loaded already. --help and argparse errors exit before any
+    # work, so neither heavy library may be imported for them (they made `braco cost --help` take seconds).
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom braco_patch.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n"
+             "    code = exc.code\nprint(code, sorted({'torch', 'transformers'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[-1] == f"{0 if argv[-1] == '--help' else 2} []", done.stdout + done.stderr

@@ -15,7 +15,7 @@ from braco_patch import diagnose as diagnose_module
 def _error(capsys, fn, argv) -> str:
     with pytest.raises(SystemExit) as info:
         fn(argv)
-    assert info.value.code == 1
+    assert info.value.code == 2  # the project-wide user-error status (llava.utils.cli_main)
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if ": error: " in line]
