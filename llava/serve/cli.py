@@ -55,12 +55,14 @@ def _load_visual(args: argparse.Namespace) -> object:
 def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
     from llava.model.builder import load_pretrained_model
+    from llava.model.checkpoint_layout import require_multimodal
 
     # Flags and the image (or the video) are checked before the (slow) model load, so they fail fast.
     check_generation_values(args.temperature, None, 1, args.max_new_tokens)
     device = resolve_device(args.device)
     visual = _load_visual(args)
     model_name = get_model_name_from_path(args.model_path)
+    require_multimodal(args.model_path, args.model_base)
     tokenizer, model, image_processor, _ = load_pretrained_model(
         args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device
     )
