@@ -43,7 +43,7 @@ def load_demo_image(path: str | None, size: int) -> np.ndarray:
         try:
             from skimage import data
         except ImportError:
-            raise SystemExit("braco demo: no --image given and scikit-image is not installed; pip install scikit-image or pass --image PATH") from None
+            raise UserError("no --image given and scikit-image is not installed; pip install scikit-image or pass --image PATH") from None
         image = Image.fromarray(data.astronaut())
     else:
         image = _open_rgb(path)
@@ -69,16 +69,16 @@ def _open_rgb(path: str):
                 image.load()
                 return image.convert("RGB")
     except FileNotFoundError:
-        raise SystemExit(f"braco demo: image file {path!r} does not exist") from None
+        raise UserError(f"image file {path!r} does not exist") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise SystemExit(
-            f"braco demo: image file {path!r} has more pixels than the {Image.MAX_IMAGE_PIXELS} PIL decodes safely "
+        raise UserError(
+            f"image file {path!r} has more pixels than the {Image.MAX_IMAGE_PIXELS} PIL decodes safely "
             "(a possible decompression bomb); downscale it"
         ) from None
     except UnidentifiedImageError:
-        raise SystemExit(f"braco demo: image file {path!r} is not a readable image (not a known image format)") from None
+        raise UserError(f"image file {path!r} is not a readable image (not a known image format)") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise SystemExit(f"braco demo: image file {path!r} is not a readable image (damaged or truncated: {exc})") from None
+        raise UserError(f"image file {path!r} is not a readable image (damaged or truncated: {exc})") from None
 
 
 def patch_tokens(image: np.ndarray, patch: int) -> torch.Tensor:
@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> dict:
     for budget in args.budgets:
         cfg = BracoConfig.from_budget(budget, prior_weight_init=1.0)
         if cfg.cutoff > n or cfg.output_tokens > n * n:
-            raise SystemExit(
-                f"braco demo: budget {budget} ({cfg.name}) does not fit the {n}x{n} grid of {n * n} tokens; "
+            raise UserError(
+                f"budget {budget} ({cfg.name}) does not fit the {n}x{n} grid of {n * n} tokens; "
                 f"accepted budgets: 1 to {n * n}"
             )
         coder = BracoCoder.from_config(tokens.shape[-1], cfg).eval()
@@ -190,7 +190,7 @@ def main(argv=None) -> None:
         parser.error(f"--patch {args.patch} is larger than --image-size {args.image_size}; accepted: 1 to {args.image_size}")
     try:
         summary = run(args)
-    except UserError as error:  # an --out that cannot be written, or that holds --image
+    except UserError as error:  # an unreadable --image, a budget the grid cannot give, an --out that cannot be written
         parser.error(str(error))
     n = summary["grid"][0]
     print(f"{'K':>4} {'alloc':<10} {'coords':<7} {'tokens':>13} {'DCT energy':>11} {'spatial energy':>15}  residual support")

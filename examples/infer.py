@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from llava.generation import LlavaGenerator, default_dtype
     from llava.mm_utils import ImageUnreadable, open_image
     from llava.model.builder import load_pretrained_model
+    from llava.model.checkpoint_layout import require_multimodal
 
     try:
         image = open_image(str(image_path))
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     dtype = default_dtype(device)
     # An explicit LLaVA name, as the official example passes: checkpoint folders are often named stage2.
     name = model_path.name if "llava" in model_path.name.lower() else f"llava-{model_path.name}"
+    require_multimodal(str(model_path), args.model_base)
     tokenizer, model, image_processor, context_len = load_pretrained_model(str(model_path), args.model_base, name, device=device)
     check_template_fits(args.conv_mode, tokenizer)
     model.to(dtype=dtype).eval()

@@ -22,6 +22,10 @@ braco_arguments() {
     BUDGET=$1
     SEED=$2
     [[ "$SEED" =~ ^[0-9]+$ ]] || fail "SEED must be an integer >= 0, got '$SEED'"
+    # An interpreter without this project (e.g. the system python, environment not activated) would end in a traceback.
+    if command -v "$PYTHON" > /dev/null && ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ("torch", "llava", "braco_patch")))' 2> /dev/null; then
+        fail "'$PYTHON' cannot import torch, llava and braco_patch; activate the environment where this project is installed (pip install -e .) or set PYTHON to its python"
+    fi
     resolve_budget "$BUDGET"
     for variable in REPRO_ROOT MODEL_ROOT DATA_ROOT; do
         [[ -n "${!variable:-}" ]] || fail "set $variable (REPRO_ROOT: a writable experiment folder; MODEL_ROOT: the folder holding vicuna-7b-v1.5 and clip-vit-large-patch14-336; DATA_ROOT: the folder holding LLaVA-Pretrain, LLaVA-Instruct and eval)"

@@ -83,6 +83,7 @@ def eval_model(args: Any) -> str:
     defaults; ``device`` (ours) defaults to cuda when available, else cpu.
     """
     from llava.model.builder import load_pretrained_model
+    from llava.model.checkpoint_layout import require_multimodal
 
     options = {**_OPTIONAL_DEFAULTS, **{key: getattr(args, key) for key in _OPTIONAL_DEFAULTS if getattr(args, key, None) is not None}}
     # Decoding values, the device, the template's name and the images (or the video) first, so each mistake fails before the slow model load.
@@ -92,6 +93,7 @@ def eval_model(args: Any) -> str:
         check_template_name(args.conv_mode)
     images = load_visuals(args)
     model_name = get_model_name_from_path(args.model_path)
+    require_multimodal(args.model_path, getattr(args, "model_base", None))
     tokenizer, model, image_processor, _ = load_pretrained_model(
         args.model_path, getattr(args, "model_base", None), model_name, device=device
     )

@@ -83,7 +83,7 @@ def read_config_file(path: str | os.PathLike[str], what: str = CONFIG_FILE) -> d
         raise UserError(f"{os.fspath(path)} is not a text file, so not a valid {what}; restore it from the original checkpoint") from None
     except json.JSONDecodeError as error:
         raise UserError(
-            f"{os.fspath(path)} is not valid JSON ({error.msg} at line {error.lineno}); restore {what} from the original checkpoint"
+            f"{os.fspath(path)} is not valid JSON ({error}); restore {what} from the original checkpoint"
         ) from None
     if not isinstance(data, dict):
         raise UserError(f"{os.fspath(path)} holds a JSON {type(data).__name__}, but {what} must be a JSON object")
@@ -192,6 +192,23 @@ def checkpoint_kind(
     return _llava_kind(files, model_base)
 
 
+def require_multimodal(model_path: str, model_base: str | None) -> None:
+    """Refuse, before any weights load, a checkpoint that cannot read images: a plain language model.
+
+    For the commands that always send an image (``run_llava``, ``llava.serve.cli``, ``examples/infer.py``):
+    :func:`checkpoint_kind` loads such a folder as a language model without an image processor, also when it is
+    named ``llava-...``, and the first image would then fail deep inside preprocessing.
+
+    Raises:
+        UserError: Naming the folder and what its ``config.json`` lacks (also every error of :func:`checkpoint_kind`).
+    """
+    if checkpoint_kind(model_path, model_base) == "language_model":  # no name: its "named like LLaVA" warning would be a 2nd line
+        raise UserError(
+            f"{model_path!r} is a plain language model (its config.json names no mm_vision_tower), so it cannot read "
+            "images; pass a LLaVA checkpoint (a stage-2 folder, or a stage-1 or LoRA folder with --model-base)"
+        )
+
+
 def _kind_without_config(files: CheckpointFiles, model_base: str | None, model_name: str | None) -> CheckpointKind:
     if files.adapter:
         if model_base:
@@ -280,4 +297,5 @@ __all__ = [
     "is_llava_config",
     "kind_from_name",
     "read_config_file",
+    "require_multimodal",
 ]

@@ -148,7 +148,7 @@ def check_generation_config(model_path: str | None) -> None:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        reason = f"{error.msg} at line {error.lineno}" if isinstance(error, json.JSONDecodeError) else "not UTF-8 text"
+        reason = str(error) if isinstance(error, json.JSONDecodeError) else "not UTF-8 text"
         raise UserError(
             f"{path} is not valid JSON ({reason}), so its decoding settings (eos_token_id, pad_token_id, ...) would be "
             "ignored; repair it, or delete it to use the ids in config.json"

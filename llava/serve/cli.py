@@ -57,6 +57,7 @@ def run_chat(args: argparse.Namespace) -> None:
     from llava.generation import check_generation_values, resolve_device
     from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
     from llava.model.builder import load_pretrained_model
+    from llava.model.checkpoint_layout import require_multimodal
     from llava.model.compressor_text import question_kwargs
 
     from .generation import stream_answer
@@ -66,6 +67,7 @@ def run_chat(args: argparse.Namespace) -> None:
     device = resolve_device(args.device)
     visual = _load_visual(args)
     model_name = get_model_name_from_path(args.model_path)
+    require_multimodal(args.model_path, args.model_base)
     tokenizer, model, image_processor, _ = load_pretrained_model(
         args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device
     )

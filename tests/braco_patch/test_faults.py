@@ -195,6 +195,8 @@ def test_demo_refuses_zero_and_oversized_values_in_one_line(argv, message, tmp_p
     assert not (tmp_path / "demo").exists()
 
 
-def test_demo_refuses_a_budget_beyond_the_grid(tmp_path):
-    with pytest.raises(SystemExit, match=r"budget 20 \(c3s11\) does not fit the 4x4 grid of 16 tokens; accepted budgets: 1 to 16"):
+def test_demo_refuses_a_budget_beyond_the_grid(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         demo_main(["--image-size", "56", "--budgets", "20", "--out", str(tmp_path / "demo")])
+    assert exit_info.value.code == 2
+    assert re.search(r"budget 20 \(c3s11\) does not fit the 4x4 grid of 16 tokens; accepted budgets: 1 to 16", capsys.readouterr().err)

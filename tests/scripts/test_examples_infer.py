@@ -42,11 +42,12 @@ def test_help_needs_no_model(tmp_path) -> None:
     assert result.returncode == 0 and "--model-path" in result.stdout and "--device" in result.stdout
 
 
-@pytest.mark.parametrize("case", ["stage1", "missing-image", "output-is-image", "cuda", "empty-question", "bad-temperature"])
-def test_refusals_are_one_sentence(case, stage2_folder, tiny_projector_checkpoint, tiny_image_file, tmp_path) -> None:
+@pytest.mark.parametrize("case", ["stage1", "plain-llm", "missing-image", "output-is-image", "cuda", "empty-question", "bad-temperature"])
+def test_refusals_are_one_sentence(case, stage2_folder, tiny_projector_checkpoint, tiny_base_llm, tiny_image_file, tmp_path) -> None:
     args = {"--model-path": str(stage2_folder), "--image": str(tiny_image_file), "--device": "cpu"}
     expected = {
         "stage1": "holds no language-model weights (a stage-1 projector or LoRA folder)",
+        "plain-llm": "is a plain language model (its config.json names no mm_vision_tower), so it cannot read images",
         "missing-image": "--image '/no/such.png' does not exist",
         "output-is-image": "is the same file as --image",
         "cuda": "--device cuda needs a GPU",
@@ -56,6 +57,8 @@ def test_refusals_are_one_sentence(case, stage2_folder, tiny_projector_checkpoin
     extra: list[str] = []
     if case == "stage1":
         args["--model-path"] = str(tiny_projector_checkpoint("braco_c2s5"))
+    elif case == "plain-llm":
+        args["--model-path"] = str(tiny_base_llm)
     elif case == "missing-image":
         args["--image"] = "/no/such.png"
     elif case == "output-is-image":

@@ -39,6 +39,21 @@ def test_conversation_template_must_fit_the_tokenizer(tiny_llava_checkpoint, tin
         run_llava.main(argv)
 
 
+def test_a_plain_language_model_is_refused_before_it_loads(tiny_base_llm, tiny_image_file, tmp_path, monkeypatch) -> None:
+    # A Vicuna-style LLM in a folder named like a LLaVA checkpoint loads as a language model without an image
+    # processor; the image then failed deep in preprocessing ("'NoneType' object is not callable").
+    import shutil
+
+    from llava.model import builder
+
+    folder = tmp_path / "llava-vicuna-text-only"
+    shutil.copytree(tiny_base_llm, folder)
+    monkeypatch.setattr(builder, "load_pretrained_model", lambda *args, **kwargs: pytest.fail("loaded the model"))
+    with pytest.raises(ValueError, match=r"llava-vicuna-text-only' is a plain language model \(its config\.json names no "
+                                         r"mm_vision_tower\), so it cannot read images; pass a LLaVA checkpoint"):
+        run_llava.main(_argv(folder, tiny_image_file, "--query", "What is it?"))
+
+
 def test_query_markers() -> None:
     class Config:
         mm_use_im_start_end = False

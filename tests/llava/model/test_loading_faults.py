@@ -148,7 +148,9 @@ def test_projector_type_that_is_not_a_string_names_file_and_key(tiny_llava_check
 
 
 @pytest.mark.parametrize("content, reason", [
-    ('{"model_type": "llava_llama", "hidden_size": 6', r"is not valid JSON \(Expecting .* at line 1\)"),  # I05: truncated
+    ('{"model_type": "llava_llama", "hidden_size": 6', r"is not valid JSON \(Expecting .*: line 1 column \d+ \(char \d+\)\)"),  # I05
+    # json's own wording, not "starting at at line 1" (its message ends in "at")
+    ('{"model_type": "llava_ll', r"is not valid JSON \(Unterminated string starting at: line 1 column 16 \(char 15\)\);"),
     ('["llava"]', r"holds a JSON list, but config\.json must be a JSON object"),
     ("\udcff", r"is not a text file"),
 ])
@@ -161,6 +163,7 @@ def test_config_that_is_not_a_json_object_names_the_file(tiny_llava_checkpoint, 
 
 @pytest.mark.parametrize("content, reason", [
     ('{"eos_token_id": 2, ', r"is not valid JSON .*eos_token_id, pad_token_id.*delete it to use the ids in config\.json"),
+    ('{"eos_token_id": "2', r"is not valid JSON \(Unterminated string starting at: line 1 column 18 \(char 17\)\), so"),
     ('[2]', r"holds a JSON list"),
 ])
 def test_unreadable_generation_config_is_named_not_skipped(tiny_llava_checkpoint, tmp_path, content, reason):

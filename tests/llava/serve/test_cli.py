@@ -39,3 +39,17 @@ def test_cli_rejects_a_corrupt_image(tiny_llava_checkpoint, tmp_path, monkeypatc
     monkeypatch.setattr("sys.stdin", open(os.devnull))
     with pytest.raises(ValueError, match="is not a readable image"):
         cli.main(["--model-path", str(tiny_llava_checkpoint("mlp2x_gelu")), "--image-file", str(broken), "--device", "cpu"])
+
+
+def test_cli_refuses_a_plain_language_model_before_loading_it(tiny_base_llm, tiny_image_file, tmp_path, monkeypatch) -> None:
+    import shutil
+
+    from llava.model import builder
+    from llava.serve import cli
+
+    folder = tmp_path / "llava-vicuna-text-only"  # named like LLaVA, but its config.json has no mm_vision_tower
+    shutil.copytree(tiny_base_llm, folder)
+    monkeypatch.setattr("sys.stdin", open(os.devnull))
+    monkeypatch.setattr(builder, "load_pretrained_model", lambda *args, **kwargs: pytest.fail("loaded the model"))
+    with pytest.raises(ValueError, match=r"is a plain language model \(its config\.json names no mm_vision_tower\)"):
+        cli.main(["--model-path", str(folder), "--image-file", str(tiny_image_file), "--device", "cpu"])

@@ -107,6 +107,17 @@ def test_bad_arguments_are_one_sentence(args, env, message) -> None:
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("script", ["train_braco.sh", "evaluate.sh"])
+def test_an_interpreter_without_the_project_is_one_sentence(script, tmp_path: Path) -> None:
+    # A python without torch/llava (the environment not activated) ended in a traceback from braco_patch.budget.
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S "$@"\n')  # no site-packages, no checkout on the path
+    bare.chmod(0o755)
+    result = _bash(script, "9", "0", PYTHON=str(bare), DRY_RUN="1", REPRO_ROOT="/repro", MODEL_ROOT="/models", DATA_ROOT="/data")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"'{bare}' cannot import torch, llava and braco_patch; activate the environment" in result.stderr
+
+
 def test_missing_model_folder_is_named(tmp_path: Path) -> None:
     result = _bash("train_braco.sh", "9", "0", REPRO_ROOT=str(tmp_path), MODEL_ROOT=str(tmp_path / "models"), DATA_ROOT=str(tmp_path))
     assert result.returncode == 2 and f"the LLM folder '{tmp_path}/models/vicuna-7b-v1.5' is not a folder" in result.stderr
