@@ -367,7 +367,8 @@ def run_parsed(
 
     Checks, in order and before any model loads: the decoding values, the device, the projector settings, the
     conversation template's name, the output path against the inputs, then every record of the question file (fields and types, and that no two
-    questions share an answer identity, :func:`check_unique_items`).
+    questions share an answer identity, :func:`check_unique_items`), then that a checkpoint asked about images is
+    not a plain language model.
     """
     setup_logging()
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
@@ -385,6 +386,11 @@ def run_parsed(
     chunk = [item for item in items if start < (item.position or 0) <= stop]
     model_id = get_model_name_from_path(os.path.expanduser(args.model_path))
     producer = producer_record(_recorded_args(args, settings), model_id, questions=records_fingerprint(records[start:stop]))
+
+    if generator_factory is None and any(item.images for item in chunk):
+        from llava.model.checkpoint_layout import require_multimodal
+
+        require_multimodal(os.path.expanduser(args.model_path), args.model_base)
 
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:

@@ -195,7 +195,8 @@ def checkpoint_kind(
 def require_multimodal(model_path: str, model_base: str | None) -> None:
     """Refuse, before any weights load, a checkpoint that cannot read images: a plain language model.
 
-    For the commands that always send an image (``run_llava``, ``llava.serve.cli``, ``examples/infer.py``):
+    For the commands that send an image (``run_llava``, ``llava.serve.cli``, ``examples/infer.py``, the
+    ``model_vqa*`` loaders when a question has one):
     :func:`checkpoint_kind` loads such a folder as a language model without an image processor, also when it is
     named ``llava-...``, and the first image would then fail deep inside preprocessing.
 

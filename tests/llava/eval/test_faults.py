@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,17 @@ def test_mmbench_refuses_a_language_it_has_no_instruction_for(bench_data: BenchD
         run(model_vqa_mmbench, argv)
     assert stopped.value.code == 2
     assert "--lang: invalid choice: 'zh'" in capsys.readouterr().err
+
+
+def test_a_plain_language_model_asked_about_images_is_refused_before_it_loads(
+    bench_data: BenchData, tiny_base_llm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It loaded as a language model without an image processor, and the first batch failed in preprocessing
+    # ("'NoneType' object is not callable") after the whole load.
+    folder = tmp_path / "llava-vicuna-text-only"
+    shutil.copytree(tiny_base_llm, folder)
+    monkeypatch.setattr(core, "load_generator", lambda *args, **kwargs: pytest.fail("loaded the model"))
+    answers = tmp_path / "a.jsonl"
+    with pytest.raises(ValueError, match=r"llava-vicuna-text-only' is a plain language model"):
+        core.run_loader(model_vqa_loader.SPEC, _argv(bench_data, folder, answers))
+    assert not answers.exists()
