@@ -198,9 +198,11 @@ PLUGIN = register_plugin(
         name="braco",
         projectors=(
             ProjectorType(PROJECTOR_PATTERN, _braco, "Braco: C x C DCT backbone + S residual tokens (or a budget K), then mlp2x_gelu",
-                          examples=("braco_c2s5", "braco_k4", "braco_c3s7_coef", "braco_c4s9_idct", "braco_c2s5_randrot")),
+                          examples=("braco_c2s5", "braco_k4", "braco_c3s7_coef", "braco_c4s9_idct", "braco_c2s5_randrot"),
+                          spelling="braco_c{C}s{S}[_coef|_idct|_randrot], braco_k{K}"),
             ProjectorType(OFFICIAL_PATTERN, _official, "official Braco type, configured by mm_fourier_* keys",
-                          examples=("fourier_mlp2x_gelu",), example_settings={"mm_fourier_C": 2, "mm_fourier_spatial_keep": 3}),
+                          examples=("fourier_mlp2x_gelu",), example_settings={"mm_fourier_C": 2, "mm_fourier_spatial_keep": 3},
+                          spelling="fourier_mlp{N}x_gelu"),
         ),
         settings=SETTINGS,
         key_prefixes=("mm_fourier_", "mm_braco_"),

@@ -410,9 +410,9 @@ PLUGINS = (
         projectors=(
             ProjectorType(r"prumerge(?:_k(\d+))?", _prumerge,
                           "PruMerge: CLS-attention top-K (or IQR outliers without _k) merged by key similarity, then mlp2x_gelu",
-                          examples=("prumerge_k4", "prumerge")),
+                          examples=("prumerge_k4", "prumerge"), spelling="prumerge[_k{K}]"),
             ProjectorType(r"prumerge_plus(?:_k(\d+))?", _prumerge, "PruMerge+: PruMerge plus spatially uniform samples, then mlp2x_gelu",
-                          examples=("prumerge_plus_k9", "prumerge_plus")),
+                          examples=("prumerge_plus_k9", "prumerge_plus"), spelling="prumerge_plus[_k{K}]"),
         ),
         settings=(
             Setting("mm_prumerge_neighbours", int, "k, tokens each kept token absorbs by key similarity", default=32, minimum=1),
@@ -428,7 +428,7 @@ PLUGINS = (
     register_plugin(CompressorPlugin(
         name="divprune",
         projectors=(ProjectorType(r"divprune" + _K, _divprune, "DivPrune: mlp2x_gelu, then greedy max-min diversity selection of K tokens",
-                                 examples=("divprune_k4",)),),
+                                 examples=("divprune_k4",), spelling="divprune_k{K}"),),
         key_prefixes=("mm_divprune_",),
         needs=ModelNeeds(),
         boundary=DivPrune.boundary,
@@ -439,8 +439,10 @@ PLUGINS = (
     register_plugin(CompressorPlugin(
         name="mqt",
         projectors=(
-            ProjectorType(r"mqt" + _K, _mqt, "MQT-LLaVA: nested query transformer (256 queries), K tokens at inference", examples=("mqt_k4",)),
-            ProjectorType(r"mqt_q(\d+)", _mqt, "MQT-LLaVA with Q queries; K = mm_mqt_num_tokens (default Q)", examples=("mqt_q16",)),
+            ProjectorType(r"mqt" + _K, _mqt, "MQT-LLaVA: nested query transformer (256 queries), K tokens at inference", examples=("mqt_k4",),
+                          spelling="mqt_k{K}"),
+            ProjectorType(r"mqt_q(\d+)", _mqt, "MQT-LLaVA with Q queries; K = mm_mqt_num_tokens (default Q)", examples=("mqt_q16",),
+                          spelling="mqt_q{Q}"),
         ),
         settings=(
             Setting("mm_mqt_num_queries", int, "Q, learned queries (the release: 256)", default=256, minimum=1),
@@ -462,7 +464,7 @@ PLUGINS = (
     register_plugin(CompressorPlugin(
         name="quecc",
         projectors=(ProjectorType(r"quecc" + _K, _quecc, "QueCC: prompt-conditioned regional queries (K = (G/s)^2), then mlp2x_gelu",
-                                 examples=("quecc_k4",)),),
+                                 examples=("quecc_k4",), spelling="quecc_k{K}"),),
         settings=(
             Setting("mm_quecc_layers", str, _LAYERS_HELP),
             Setting("mm_quecc_heads", int, "attention heads", default=8, minimum=1),
@@ -477,7 +479,7 @@ PLUGINS = (
         name="tokenpacker",
         projectors=(ProjectorType(r"tokenpacker" + _K, _tokenpacker,
                                   "TokenPacker: point-to-region queries over multi-level features (K = (G/s)^2), then its MLP",
-                                 examples=("tokenpacker_k9",)),),
+                                 examples=("tokenpacker_k9",), spelling="tokenpacker_k{K}"),),
         settings=(
             Setting("mm_tokenpacker_layers", str, _LAYERS_HELP),
             Setting("mm_tokenpacker_heads", int, "attention heads (default: D // 128)", minimum=1),
@@ -492,7 +494,7 @@ PLUGINS = (
     register_plugin(CompressorPlugin(
         name="fouriervlm",
         projectors=(ProjectorType(r"fouriervlm" + _K, _fouriervlm, "Fourier-VLM: DCT low-pass to a CxC grid (K = C^2), then mlp2x_gelu",
-                                 examples=("fouriervlm_k4",)),),
+                                 examples=("fouriervlm_k4",), spelling="fouriervlm_k{K}"),),
         settings=(Setting("mm_fouriervlm_rescale", bool, "scale by C/sqrt(H*W) so a constant grid keeps its value", default=False),),
         key_prefixes=("mm_fouriervlm_",),
         needs=ModelNeeds(square_grid=True),

@@ -242,14 +242,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if video is not None:
         result["frames"] = video.frames
         result["video"] = video.describe()
+    types = _types(args, spec)
+    setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
+    if args.projector:  # before printing: an unknown or unfitting type is refused with no tables above it
+        result["types"] = types_table(spec, types, acc, setting, _checkpoint_config(args), video)
     print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py)")
     print(format_pipeline(result["pipeline"], spec, inputs, acc, video), end="\n\n")
     print(format_stages(result["stages"]), end="\n\n")
     print(format_boundary(result["boundary"], spec))
-    types = _types(args, spec)
-    setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
     if args.projector:
-        result["types"] = types_table(spec, types, acc, setting, _checkpoint_config(args), video)
         print("\n" + format_types(result["types"], spec, acc, video))
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)

@@ -99,9 +99,9 @@ def _cost_model(projector_type: str) -> CostModel:
 
     plugin = plugin_for(projector_type)
     if plugin is None:
-        from llava.model.multimodal_projector.builder import list_projectors
+        from llava.model.multimodal_projector.registry import projector_spellings
 
-        raise ValueError(f"unknown projector type {projector_type!r}; expected one of {list_projectors()}")
+        raise ValueError(f"unknown projector type {projector_type!r}; known projector types: {projector_spellings()}")
     if plugin.cost is None or plugin.cost.module_flops is None:
         raise ValueError(f"the {plugin.name!r} compressor (projector type {projector_type!r}) declares no module FLOPs, so its cost cannot be counted")
     return plugin.cost

@@ -91,9 +91,18 @@ def test_contradicting_keys_are_rejected():
         build_vision_projector(_config("braco_c3s7", mm_fourier_C=4))
 
 
-def test_unknown_projector_lists_known_patterns():
-    with pytest.raises(ValueError, match=r"unknown mm_projector_type 'resampler'; known projector types: linear, mlp"):
+def test_unknown_projector_lists_known_patterns_as_users_write_them():
+    with pytest.raises(ValueError, match=r"unknown mm_projector_type 'resampler'; known projector types: linear, "
+                                         r"mlp\{N\}x_gelu, identity") as exc:
         resolve_projector("resampler")
+    assert "(" not in str(exc.value) and "\\" not in str(exc.value)  # no regular expressions
+
+
+def test_a_pattern_without_a_spelling_is_shown_as_is():
+    from llava.model.multimodal_projector.contract import ProjectorType
+
+    entry = ProjectorType(r"pool_k(\d+)", lambda context: None, examples=("pool_k4",))
+    assert (entry.spelling, ProjectorType("plain", lambda context: None).spelling) == (r"pool_k(\d+)", "plain")
 
 
 def test_stage1_adapter_keys_interchange():

@@ -74,7 +74,7 @@ PLUGIN = CompressorPlugin(
     projectors=(
         ProjectorType("linear", _linear, "Linear(mm_hidden_size, hidden_size)"),
         ProjectorType(MLP_PATTERN, _mlp, "Linear, then (N-1) x [GELU, Linear]; weights at even indices",
-                      examples=("mlp2x_gelu", "mlp1x_gelu", "mlp3x_gelu")),
+                      examples=("mlp2x_gelu", "mlp1x_gelu", "mlp3x_gelu"), spelling="mlp{N}x_gelu"),
         ProjectorType("identity", _identity, "no projection (mm_hidden_size must equal hidden_size)"),
     ),
     boundary="post",

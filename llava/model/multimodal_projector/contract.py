@@ -233,6 +233,8 @@ class ProjectorType:
             is its own example.
         example_settings: Config keys the examples need on that tiny tower (e.g. a small C for a type whose
             defaults are sized for a 24 x 24 grid).
+        spelling: How users write the names of a pattern, for error messages and listings
+            (``"mlp{N}x_gelu"``); a plain name is its own spelling, and a pattern without one is shown as is.
     """
 
     pattern: str
@@ -240,6 +242,7 @@ class ProjectorType:
     description: str = ""
     examples: tuple[str, ...] = ()
     example_settings: Mapping[str, Any] = field(default_factory=dict)
+    spelling: str = ""
 
     def __post_init__(self) -> None:
         regex = re.compile(self.pattern)
@@ -250,6 +253,7 @@ class ProjectorType:
         if bad:
             raise ValueError(f"examples {bad} do not match their projector pattern {self.pattern!r}")
         object.__setattr__(self, "examples", tuple(examples))
+        object.__setattr__(self, "spelling", self.spelling or self.pattern)
 
     @property
     def exact(self) -> bool:

@@ -27,8 +27,8 @@ ENTRY_POINT_GROUP = "llava.projectors"
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Registration", "apply_runtime_settings", "check_plugin_config", "config_values",
-    "list_plugins", "list_projectors", "load_plugins", "owner_of", "plugin_for", "plugin_settings", "reference_scores", "register_plugin",
-    "resolve_projector", "settings_in", "showcase", "tokens_depend_on_image", "unregister_plugin",
+    "list_plugins", "list_projectors", "load_plugins", "owner_of", "plugin_for", "plugin_settings", "projector_spellings",
+    "reference_scores", "register_plugin", "resolve_projector", "settings_in", "showcase", "tokens_depend_on_image", "unregister_plugin",
 ]
 
 
@@ -86,6 +86,12 @@ def list_projectors() -> list[str]:
     return list(_TYPES)
 
 
+def projector_spellings() -> str:
+    """The registered projector types as users write them (``linear, mlp{N}x_gelu, ...``), for messages."""
+    load_plugins()
+    return ", ".join(registration.entry.spelling for registration in _TYPES.values())
+
+
 def list_plugins() -> list[CompressorPlugin]:
     """Every registered plugin, built-ins first (the entry points are imported first)."""
     load_plugins()
@@ -106,7 +112,7 @@ def resolve_projector(name: str) -> tuple[Registration, "re.Match[str]"]:
         match = registration.regex.fullmatch(name)
         if match is not None:
             return registration, match
-    raise ValueError(f"unknown mm_projector_type {name!r}; known projector types: {', '.join(list_projectors())}")
+    raise ValueError(f"unknown mm_projector_type {name!r}; known projector types: {projector_spellings()}")
 
 
 def plugin_for(projector_type: str | None) -> CompressorPlugin | None:

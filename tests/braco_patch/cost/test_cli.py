@@ -113,7 +113,7 @@ def test_bad_inputs_give_one_sentence(tiny_llava, tmp_path, capsys):
         ["--config", str(_write(tmp_path, {"model_type": "llama", **TINY_LLM, "mm_vision_tower": "org/unknown-tower"}))])
     assert "LLM config lacks ['vocab_size']" in _error(
         ["--config", str(_write(tmp_path, {k: v for k, v in TINY_LLM.items() if k != "vocab_size"}))])
-    assert "unknown projector type 'c3x7'; expected one of" in _error(["--projector", "c3x7"])  # any registered type is accepted
+    assert "unknown projector type 'c3x7'; known projector types: linear, mlp{N}x_gelu" in _error(["--projector", "c3x7"])
     assert "no 999-token input" in _error(["--input-tokens", "999"])
     if not torch.cuda.is_available():
         assert "--device cuda needs a GPU" in _error(["--measure", "--device", "cuda"])
@@ -150,3 +150,13 @@ def test_help_and_bad_flags_answer_without_loading_torch_or_transformers(argv):
              "    code = exc.code\nprint(code, sorted({'torch', 'transformers'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines()[-1] == f"{0 if argv[-1] == '--help' else 2} []", done.stdout + done.stderr
+
+
+def test_an_unknown_projector_type_is_refused_before_any_table(capsys):
+    # The tables (a)-(c) used to print first, and the refusal came under them.
+    with pytest.raises(SystemExit) as exc:
+        main(["--projector", "braco_c3s7", "braco_c3_s7"])
+    captured = capsys.readouterr()
+    assert exc.value.code == 2 and captured.out == ""
+    assert "unknown projector type 'braco_c3_s7'; known projector types:" in captured.err
+    assert "braco_c{C}s{S}[_coef|_idct|_randrot], braco_k{K}" in captured.err and "\\d" not in captured.err
