@@ -25,7 +25,8 @@ temperature 0.2. The first line of its reply holds the two scores; a reply witho
 and flushed as they come, so a rerun resumes with the questions that have no review yet; a damaged line moves
 to ``OUTPUT.rejected`` (named in the log) and its question is asked again, every intact review stays.
 ``OUTPUT.meta.json`` records the judge (endpoint, model, token limit) and a hash of the
-rule table and of both answer files: resuming after any of them changed is refused until ``--overwrite``.
+rule table and of both answer files: resuming after any of them changed is refused until ``--overwrite``, which
+keeps the old reviews until every new one is written.
 Rate limits (HTTP 429), server errors, dropped connections and missed deadlines are retried with growing
 pauses (``--max-retries``), each call within ``--judge-timeout`` seconds in all; other refusals (a bad key, an
 unknown model, a redirect to another origin, a reply over 1 MiB) stop at once with one sentence.
@@ -38,14 +39,14 @@ import argparse
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from llava.eval.files import read_json, read_jsonl
 from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance, file_digest
-from llava.outputs import guard_outputs, read_jsonl_resumable
+from llava.outputs import atomic_output, guard_outputs, read_jsonl_resumable
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def _by_question(path: str, what: str) -> dict[Any, dict[str, Any]]:
     return {record["question_id"]: record for record in read_jsonl(path, what=what)}
 
 
-def _done(output: Path) -> set[Any]:
+def reviews_done(output: Path) -> set[Any]:
     """Question ids already reviewed in ``output``.
 
     A damaged line (a write cut short by a kill, a hand edit) moves to ``OUTPUT.rejected`` and its question is
@@ -95,6 +96,24 @@ def _done(output: Path) -> set[Any]:
         logger.warning("%d damaged line(s) of %s moved to %s; those questions are reviewed again", damaged, output, rejected)
     return {record["question_id"] for record in records if "question_id" in record}
 
+
+def write_reviews(output: Path, provenance: Provenance, *, overwrite: bool, review: Callable[[set[Any], IO[str]], None]) -> None:
+    """Run ``review(done, handle)``, which writes one review line per question not in ``done``, into ``output``.
+
+    Resuming, the reviews are appended (``done`` holds the questions already reviewed; damaged lines are set aside
+    first). With ``overwrite``, ``done`` is empty and the old reviews and their record stay until every new review
+    is written: a failed judge call or a kill leaves the file as it was.
+    """
+    if overwrite:
+        with atomic_output(output) as handle:
+            review(set(), handle)
+        provenance.start()
+        return
+    done = reviews_done(output)
+    provenance.resume(has_answers=bool(done))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("a", encoding="utf-8") as handle:
+        review(done, handle)
 
 
 def review_producer(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
@@ -119,41 +138,49 @@ def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str,
     rules = read_json(args.rule, what="rule table")
     reference, model = (_by_question(path, "answers file") for path in args.answer_list)
     output = Path(os.path.expanduser(args.output))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    if args.overwrite and output.exists():
-        output.write_bytes(b"")
-    done = _done(output)
-    Provenance(output, review_producer(args, client), output_flag="--output", what="review").open(
-        overwrite=args.overwrite, has_answers=bool(done))
-    written = []
-    with output.open("a", encoding="utf-8") as handle:
-        for index, question in enumerate(questions):
-            qid = question["question_id"]
-            if qid in done:
-                continue
-            category = "llava_bench_" + question["category"]
-            if category not in rules:
-                raise UserError(f"question {qid!r}: category {category!r} is not in the rule table {args.rule!r} (it has {sorted(rules)})")
-            if question["image"] not in contexts:
-                raise UserError(f"question {qid!r}: image {question['image']!r} has no entry in the context file {args.context!r}")
-            pair = []
-            for answers, path in ((reference, args.answer_list[0]), (model, args.answer_list[1])):
-                if qid not in answers:
-                    raise UserError(f"question {qid!r} has no answer in {path!r}")
-                pair.append(answers[qid])
-            messages = [{"role": "system", "content": SYSTEM_MESSAGE},
-                        {"role": "user", "content": review_prompt(question, contexts[question["image"]], pair, rules[category])}]
-            content = client.chat(messages, max_tokens=args.max_tokens, temperature=TEMPERATURE).text
-            record = {
-                "id": index + 1, "question_id": qid,
-                "answer1_id": pair[0].get("answer_id", qid), "answer2_id": pair[1].get("answer_id", qid),
-                "category": category, "content": content, "tuple": parse_score(content),
-            }
-            handle.write(json.dumps(record) + "\n")
-            handle.flush()
-            written.append(record)
+    provenance = Provenance(output, review_producer(args, client), output_flag="--output", what="review")
+    written: list[dict[str, Any]] = []
+    done: set[Any] = set()
+
+    def review(already: set[Any], handle: IO[str]) -> None:
+        done.update(already)
+        todo = [(index, question) for index, question in enumerate(questions) if question["question_id"] not in already]
+        _review_all(todo, args, client, (contexts, rules, reference, model), handle, written)
+
+    write_reviews(output, provenance, overwrite=args.overwrite, review=review)
     logger.info("%d new reviews, %d already in %s", len(written), len(done), output)
     return written
+
+
+def _review_all(
+    todo: Sequence[tuple[int, dict[str, Any]]], args: argparse.Namespace, client: JudgeClient,
+    tables: tuple[dict[str, Any], dict[str, Any], dict[Any, Any], dict[Any, Any]], handle: Any, written: list[dict[str, Any]],
+) -> None:
+    """Ask the judge about each ``(index, question)`` and write its review line to ``handle`` (flushed at once)."""
+    contexts, rules, reference, model = tables
+    for index, question in todo:
+        qid = question["question_id"]
+        category = "llava_bench_" + question["category"]
+        if category not in rules:
+            raise UserError(f"question {qid!r}: category {category!r} is not in the rule table {args.rule!r} (it has {sorted(rules)})")
+        if question["image"] not in contexts:
+            raise UserError(f"question {qid!r}: image {question['image']!r} has no entry in the context file {args.context!r}")
+        pair = []
+        for answers, path in ((reference, args.answer_list[0]), (model, args.answer_list[1])):
+            if qid not in answers:
+                raise UserError(f"question {qid!r} has no answer in {path!r}")
+            pair.append(answers[qid])
+        messages = [{"role": "system", "content": SYSTEM_MESSAGE},
+                    {"role": "user", "content": review_prompt(question, contexts[question["image"]], pair, rules[category])}]
+        content = client.chat(messages, max_tokens=args.max_tokens, temperature=TEMPERATURE).text
+        record = {
+            "id": index + 1, "question_id": qid,
+            "answer1_id": pair[0].get("answer_id", qid), "answer2_id": pair[1].get("answer_id", qid),
+            "category": category, "content": content, "tuple": parse_score(content),
+        }
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+        written.append(record)
 
 
 def review_parser(prog: str, description: str, rule_file: Path) -> argparse.ArgumentParser:

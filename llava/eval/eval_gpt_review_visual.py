@@ -35,13 +35,21 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from llava.eval.eval_gpt_review_bench import DEFAULT_JUDGE, SYSTEM_MESSAGE, TEMPERATURE, parse_score, review_parser, review_prompt
+from llava.eval.eval_gpt_review_bench import (
+    DEFAULT_JUDGE,
+    SYSTEM_MESSAGE,
+    TEMPERATURE,
+    parse_score,
+    review_parser,
+    review_prompt,
+    write_reviews,
+)
 from llava.eval.files import read_json, read_jsonl
 from llava.eval.judge import JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance, file_digest
-from llava.outputs import atomic_output, guard_outputs, read_jsonl_resumable
+from llava.outputs import guard_outputs
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -135,24 +143,15 @@ def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str,
     plan = plan_reviews(args)
     output = Path(os.path.expanduser(args.output))
     provenance = Provenance(output, review_producer(args, client), output_flag="--output", what="review")
-    done: set[Any] = set()
-    if not args.overwrite:
-        reviewed, rejected, damaged = read_jsonl_resumable(output, what="review file")
-        if damaged:
-            logger.warning("set %d damaged lines of %s aside in %s; their questions are reviewed again", damaged, output, rejected)
-        done = {record.get("question_id") for record in reviewed}
-        provenance.resume(has_answers=bool(done))
-    todo = [(record, messages) for record, messages in plan if record["question_id"] not in done]
     written: list[dict[str, Any]] = []
-    if args.overwrite:
-        # The old reviews stay until every new one is written (a failed run leaves the file as it was).
-        with atomic_output(output) as handle:
-            _review(todo, client, args.max_tokens, handle, written)
-        provenance.start()
-    else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with output.open("a", encoding="utf-8") as handle:
-            _review(todo, client, args.max_tokens, handle, written)
+    done: set[Any] = set()
+
+    def review(already: set[Any], handle: IO[str]) -> None:
+        done.update(already)
+        todo = [(record, messages) for record, messages in plan if record["question_id"] not in already]
+        _review(todo, client, args.max_tokens, handle, written)
+
+    write_reviews(output, provenance, overwrite=args.overwrite, review=review)
     logger.info("%d new reviews, %d already in %s", len(written), len(done), output)
     return written
 

@@ -49,7 +49,7 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,8 +285,12 @@ class OutputFiles:
 
 
 def _grade_missing(client: JudgeClient, prompt: str, questions: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, str],
-                   grades: dict[str, dict[str, list[Any]]], num_run: int, grade_file: Path) -> int:
-    """Add the grades ``grades`` lacks, run by run, saving after each; returns how many were asked."""
+                   grades: dict[str, dict[str, list[Any]]], num_run: int, grade_file: Path,
+                   on_first_write: Callable[[], None] | None = None) -> int:
+    """Add the grades ``grades`` lacks, run by run, saving after each; returns how many were asked.
+
+    ``on_first_write`` runs once, right after the first save (``--overwrite`` records its settings there).
+    """
     asked = 0
     for run in range(num_run):
         for qid, question in questions.items():
@@ -297,6 +301,8 @@ def _grade_missing(client: JudgeClient, prompt: str, questions: Mapping[str, Map
             for key in ("model", "content", "score"):
                 entry[key].append(getattr(grade, key))
             write_json(grade_file, grades, indent=4)
+            if asked == 0 and on_first_write is not None:
+                on_first_write()
             asked += 1
     return asked
 
@@ -319,9 +325,13 @@ def grade_all(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     grades = {} if args.overwrite else _read_grades(out.grades)
     producer = {"endpoint": client.url, "judge_model": client.model, "max_tokens": MAX_TOKENS,
                 "prompt": hashlib.sha256(prompt.encode()).hexdigest()[:16], "predictions": file_digest(results_file)}
-    Provenance(out.grades, producer, output_flag="--result_path or --model", what="grade").open(
-        overwrite=args.overwrite, has_answers=bool(grades))
-    asked = _grade_missing(client, prompt, questions, predictions, grades, args.num_run, out.grades)
+    provenance = Provenance(out.grades, producer, output_flag="--result_path or --model", what="grade")
+    if not args.overwrite:
+        provenance.resume(has_answers=bool(grades))
+    # --overwrite: the old grades and their record stay until the first new grade replaces them, so a judge that
+    # fails at once leaves no new record next to old grades (a resume would take those for this run's)
+    asked = _grade_missing(client, prompt, questions, predictions, grades, args.num_run, out.grades,
+                           on_first_write=provenance.start if args.overwrite else None)
     logger.info("%d new grades in %s", asked, out.grades)
 
     scores = score_tables(questions, grades, args.num_run, args.decimal_places)

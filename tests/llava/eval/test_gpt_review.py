@@ -11,6 +11,7 @@ import pytest
 
 from llava.eval import eval_gpt_review_bench as review
 from llava.eval import summarize_gpt_review
+from llava.utils import UserError
 
 from .fake_judge import FakeJudge, serving
 from .test_scorers import write_jsonl
@@ -115,3 +116,17 @@ def test_reviews_of_other_answers_or_another_judge_are_not_mixed(judge: FakeJudg
         review.main(argv)
     fresh = review.main(argv + ["--overwrite"])
     assert [r["tuple"] for r in fresh] == [[9.0, 10.0]] * 3 and len(output.read_text().splitlines()) == 3
+
+
+def test_overwrite_keeps_the_old_reviews_until_the_new_ones_exist(judge: FakeJudge, tmp_path: Path) -> None:
+    # --overwrite emptied the review file before the first judge call: a refused call lost every paid review.
+    argv = _files(tmp_path)
+    review.main(argv)
+    output = tmp_path / "reviews" / "m.jsonl"
+    before = output.read_text()
+    judge.failures = [401]  # a refused key stops the run at once
+    with pytest.raises(UserError):
+        review.main(argv + ["--overwrite"])
+    assert output.read_text() == before
+    review.main(argv + ["--overwrite"])
+    assert len(output.read_text().splitlines()) == 3

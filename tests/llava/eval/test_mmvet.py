@@ -145,6 +145,23 @@ def test_changed_predictions_are_not_mixed_and_overwrite_regrades(tmp_path: Path
     assert scores["capabilities"]["rec"] == 20.0  # (0.0 + 0.5 + 0.0 + 0.3) / 4
 
 
+def test_an_overwrite_that_fails_at_once_leaves_no_record_beside_the_old_grades(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --overwrite recorded the new predictions before the first grade: when the judge then refused, the old grades
+    # sat next to a record of the new predictions, and a plain re-run took them as this run's.
+    argv = _layout(tmp_path)
+    grade_file = tmp_path / "results" / "m_judge-1-grade-1runs.json"  # the fake judge is named judge-1
+    with serving(_grade_reply, monkeypatch) as judge:
+        mmvet.main(argv)
+        old_grades = grade_file.read_text()
+        _layout(tmp_path, {**PREDICTIONS, "v1_0": "prediction v1_2"})
+        judge.failures = [401]
+        with pytest.raises(ValueError):
+            mmvet.main(argv + ["--overwrite"])
+        assert grade_file.read_text() == old_grades
+        with pytest.raises(ValueError, match=r"produced with other settings \(predictions .*\); pass --overwrite"):
+            mmvet.main(argv)
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (lambda q, p: p.pop("v1_3"), r"has no prediction for 1 of the 5 questions \(first: 'v1_3'\)"),
     (lambda q, p: p.update(v1_2=None), r"the prediction for 'v1_2' is not a text"),
