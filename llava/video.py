@@ -67,6 +67,18 @@ def refuse_video_as_image(path: str | os.PathLike[str]) -> None:
         raise UserError(f"{os.fspath(path)!r} is a video file, not an image; pass it with --video-file instead")
 
 
+def check_frame_flags(frames_upbound: int, force_sample: bool) -> None:
+    """The one rule for ``--frames-upbound`` / ``--force-sample`` (every command that reads videos calls it first).
+
+    Raises:
+        UserError: For a negative ``frames_upbound``, or ``force_sample`` without a positive one.
+    """
+    if frames_upbound < 0:
+        raise UserError(f"--frames-upbound must be >= 0 (0: one frame per second, no cap), got {frames_upbound}")
+    if force_sample and frames_upbound == 0:
+        raise UserError("--force-sample takes --frames-upbound evenly spread frames; give --frames-upbound N with N >= 1")
+
+
 def sample_frame_indices(
     total: int, fps: float, *, video_fps: float = 1, frames_upbound: int = 0, force_sample: bool = False
 ) -> list[int]:
@@ -276,6 +288,7 @@ def write_video(path: str | os.PathLike[str], frames: np.ndarray, fps: int = 8) 
 
 
 __all__ = [
-    "VIDEO_EXTRA", "VIDEO_SUFFIXES", "SampledVideo", "VideoUnreadable", "frames_video", "import_av", "is_video_path",
+    "VIDEO_EXTRA", "VIDEO_SUFFIXES", "SampledVideo", "VideoUnreadable", "check_frame_flags", "frames_video", "import_av",
+    "is_video_path",
     "load_video", "refuse_video_as_image", "sample_frame_indices", "write_video",
 ]

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 from llava.eval.core import EvalItem, LoaderSpec, RunResult, args_with_defaults, get_chunk, run_loader, run_parsed, split_list
 from llava.eval.files import require_keys
 from llava.utils import UserError, cli_main
-from llava.video import SampledVideo, import_av, load_video
+from llava.video import SampledVideo, check_frame_flags, import_av, load_video
 
 #: Default of ``--frames-upbound`` (NeXT's video demo uses 4 to 32; lmms-eval's ``llava_onevision`` 32).
 DEFAULT_FRAMES = 16
@@ -92,10 +92,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         UserError: For a negative ``--frames-upbound``, ``--force-sample`` without a positive one, a ``--video-fps``
             that is not > 0, or PyAV missing.
     """
-    if args.frames_upbound < 0:
-        raise UserError(f"--frames-upbound must be >= 0 (0: one frame per second, no cap), got {args.frames_upbound}")
-    if args.force_sample and args.frames_upbound == 0:
-        raise UserError("--force-sample takes --frames-upbound evenly spread frames; give --frames-upbound N with N >= 1")
+    check_frame_flags(args.frames_upbound, args.force_sample)
     if not args.video_fps > 0:
         raise UserError(f"--video-fps must be > 0, got {args.video_fps}")
     import_av()

@@ -23,7 +23,7 @@ from llava.generation import GenerationConfig, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
-from llava.video import load_video, refuse_video_as_image
+from llava.video import check_frame_flags, load_video, refuse_video_as_image
 
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None}
@@ -69,8 +69,7 @@ def load_visuals(args: Any) -> list[Any]:
         return load_images(names)
     frames, force = getattr(args, "frames_upbound", None), bool(getattr(args, "force_sample", False))
     frames = 16 if frames is None else frames
-    if frames < 0 or (force and frames == 0):
-        raise UserError(f"--frames-upbound must be >= 0 (>= 1 with --force-sample), got {frames}")
+    check_frame_flags(frames, force)
     return [load_video(video_file, frames_upbound=frames, force_sample=force)]
 
 

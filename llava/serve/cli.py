@@ -39,15 +39,14 @@ def _read_turn(prompt: str) -> str:
 def _load_visual(args: argparse.Namespace) -> object:
     """The image of ``--image-file`` or the sampled video of ``--video-file`` (exactly one must be given)."""
     from llava.mm_utils import load_image
-    from llava.video import load_video, refuse_video_as_image
+    from llava.video import check_frame_flags, load_video, refuse_video_as_image
 
     if bool(args.image_file) == bool(getattr(args, "video_file", None)):
         raise UserError("give either --image-file or --video-file (exactly one of them)")
     if args.image_file:
         refuse_video_as_image(args.image_file)
         return load_image(args.image_file)
-    if args.frames_upbound < 1:
-        raise UserError(f"--frames-upbound must be >= 1 for a chat about a video, got {args.frames_upbound}")
+    check_frame_flags(args.frames_upbound, args.force_sample)
     return load_video(args.video_file, frames_upbound=args.frames_upbound, force_sample=args.force_sample)
 
 

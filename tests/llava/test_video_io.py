@@ -82,3 +82,23 @@ def test_only_real_video_suffixes_are_refused_as_images() -> None:
     refuse_video_as_image("scene.png")
     with pytest.raises(UserError, match="'a/clip.MOV' is a video file, not an image; pass it with --video-file"):
         refuse_video_as_image("a/clip.MOV")
+
+
+@pytest.mark.parametrize("command", ["llava.eval.run_llava", "llava.serve.cli"])
+@pytest.mark.parametrize("flags, message", [
+    (["--frames-upbound", "-1"], r"--frames-upbound must be >= 0 \(0: one frame per second, no cap\), got -1"),
+    (["--frames-upbound", "0", "--force-sample"], "--force-sample takes --frames-upbound evenly spread frames"),
+    # 0 is NeXT's "no cap": the frames are read and the command goes on to the (missing) model
+    (["--frames-upbound", "0"], "no-model"),
+])
+def test_every_video_command_takes_the_frame_flags_by_one_rule(tmp_path, command, flags, message) -> None:
+    # The chat refused --frames-upbound 0, which run_llava and model_vqa_video take as NeXT's "no cap".
+    import importlib
+
+    main = importlib.import_module(command).main
+    clip = write_video(tmp_path / "ramp.mp4", _ramp(), fps=8)
+    argv = ["--model-path", str(tmp_path / "no-model"), "--video-file", clip, "--device", "cpu", *flags]
+    if command == "llava.eval.run_llava":
+        argv += ["--query", "What moves?"]
+    with pytest.raises(UserError, match=message):
+        main(argv)
