@@ -178,16 +178,20 @@ class BaseVisionTower(nn.Module):
         Raises:
             ValueError: If the checkpoint lacks weights of the vision model.
         """
-        report_logger = logging.getLogger("transformers.modeling_utils")
-        level = report_logger.level
-        report_logger.setLevel(logging.ERROR)
+        # transformers 5.24 checks the tensor-parallel plan exactly when the report logger is at WARNING or above,
+        # and lists every layer of a tower as "not sharded" on its own logger: that one is quietened too.
+        quiet = [logging.getLogger(name) for name in ("transformers.modeling_utils", "transformers.distributed.tensor_parallel")]
+        levels = [each.level for each in quiet]
+        for each in quiet:
+            each.setLevel(logging.ERROR)
         try:
             model, info = self._from_name(
                 self.model_class.from_pretrained, device_map=device_map, dtype=torch.float32,
                 output_loading_info=True, **self.model_overrides,
             )
         finally:
-            report_logger.setLevel(level)
+            for each, level in zip(quiet, levels):
+                each.setLevel(level)
         missing = sorted(key for key in _loading_keys(info, "missing_keys") if not UNUSED_PARTS & set(key.split(".")))
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

@@ -39,6 +39,26 @@ def test_features_are_the_selected_hidden_layer(tiny_tower_dir, select_feature, 
     torch.testing.assert_close(torch.cat(as_list), features)
 
 
+def test_loading_a_tower_logs_no_load_report(tiny_tower_dir) -> None:
+    # Quietening transformers' per-key report made transformers 5.24 list every tower layer as "not sharded".
+    import logging
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    messages: list[str] = []
+    root, handler = logging.getLogger("transformers"), Collect(logging.WARNING)
+    before = logging.getLogger("transformers.modeling_utils").level
+    root.addHandler(handler)
+    try:
+        build_vision_tower(_args(tiny_tower_dir))
+    finally:
+        root.removeHandler(handler)
+    assert not [m for m in messages if "not sharded" in m or "TP rules" in m]
+    assert logging.getLogger("transformers.modeling_utils").level == before
+
+
 def test_delay_load_reads_only_the_config(tiny_tower_dir) -> None:
     tower = CLIPVisionTower(str(tiny_tower_dir), _args(tiny_tower_dir), delay_load=True)
     assert not tower.is_loaded and tower.hidden_size == 32 and tower.num_patches == GRID * GRID
