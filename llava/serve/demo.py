@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from llava.utils import UserError, cli_main, setup_logging
 
-from .flags import add_model_flags, add_page_flags, check_bind, server_limits
+from .flags import add_model_flags, add_page_flags, check_bind, model_device, server_limits
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +43,6 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     Returns the gradio app (already serving) when ``block`` is False.
     """
     args = build_parser().parse_args(argv)  # before importing gradio, so that --help and bad flags answer at once
-    from llava.generation import resolve_device
-
     from .backends import LocalBackend
     from .chat_ui import build_demo, launch_from_args, options_from_args
     from .engine import ModelEngine
@@ -52,7 +50,7 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     setup_logging(logging.INFO)
     # Every flag is checked before the (slow) model load.
     options = options_from_args(args)
-    device = resolve_device(args.device)
+    device = model_device(args)
     server_limits(args)
     if args.limit_model_concurrency < 1:
         raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")

@@ -85,6 +85,14 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
     add_flag(parser, "--limit-model-concurrency", type=int, default=5, help="requests that use the model at once")
 
 
+def model_device(args: argparse.Namespace) -> str:
+    """The device ``add_model_flags``' ``--device`` names, resolved by ``llava.devices.resolve_device`` (``cuda``
+    without a GPU is one sentence); torch is imported here, not with the flags, so ``--help`` stays fast."""
+    from llava.devices import resolve_device
+
+    return resolve_device(args.device)
+
+
 def add_image_limit_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--max-image-megapixels", type=float, default=25.0, help="images with more pixels are refused")
     add_flag(parser, "--max-upload-mb", type=float, default=20.0, help="image files larger than this (MiB) are refused")

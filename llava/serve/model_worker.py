@@ -58,6 +58,7 @@ from .flags import (
     add_server_limit_flags,
     check_bind,
     image_limits,
+    model_device,
     request_limit,
     server_limits,
 )
@@ -315,12 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``), load the model and serve until interrupted."""
     args = build_parser().parse_args(argv)
-    from llava.generation import resolve_device  # torch: not for --help
-
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
     # Every flag is checked before the (slow) model load.
-    device = resolve_device(args.device)
+    device = model_device(args)
     max_request_bytes, limits, server = request_limit(args), image_limits(args), server_limits(args)
     if not args.max_pending_mb >= args.max_request_mb:
         raise UserError(f"--max-pending-mb must be at least --max-request-mb ({args.max_request_mb:g}), got {args.max_pending_mb:g}")

@@ -163,5 +163,5 @@ def test_resume_is_refused_when_a_mixture_file_changed(tmp_path, tiny_base_llm, 
     ]
     train(argv=argv)
     data.write_text(json.dumps([text_record(i) for i in range(5)]))  # the YAML itself is unchanged
-    with pytest.raises(UserError, match=r"was trained with other settings \(data_sources differ\)"):
+    with pytest.raises(UserError, match=r"was trained with other settings \(data_sources differs\)"):
         train(argv=argv)
