@@ -289,6 +289,5 @@ def write_video(path: str | os.PathLike[str], frames: np.ndarray, fps: int = 8) 
 
 __all__ = [
     "VIDEO_EXTRA", "VIDEO_SUFFIXES", "SampledVideo", "VideoUnreadable", "check_frame_flags", "frames_video", "import_av",
-    "is_video_path",
-    "load_video", "refuse_video_as_image", "sample_frame_indices", "write_video",
+    "is_video_path", "load_video", "refuse_video_as_image", "sample_frame_indices", "write_video",
 ]

@@ -154,5 +154,5 @@ def add_page_flags(parser: argparse.ArgumentParser) -> None:
 
 __all__ = [
     "add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "add_request_limit_flags",
-    "add_server_limit_flags", "check_bind", "image_limits", "port_number", "request_limit", "server_limits",
+    "add_server_limit_flags", "check_bind", "image_limits", "model_device", "port_number", "request_limit", "server_limits",
 ]
