@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+import torch
 from transformers import Trainer, enable_full_determinism, set_seed
 
 from llava.conversation import check_template_fits
@@ -139,6 +140,10 @@ def mark_output_dir(training_args: TrainingArguments) -> None:
 def train(attn_implementation: str | None = None, argv: Sequence[str] | None = None) -> Trainer:
     """Run one training stage from command-line arguments (``sys.argv[1:]`` when ``argv`` is None).
 
+    The process group a launcher (``deepspeed``, ``torchrun``) had the arguments start is closed when the stage
+    ends, as it succeeds or fails: left to interpreter exit, its communication threads can abort the process
+    ("terminate called without an active exception", exit 250) after everything was saved.
+
     Args:
         attn_implementation: transformers attention backend for the LLM (``"flash_attention_2"``,
             ``"sdpa"``, ``"eager"``) when ``--attn_implementation`` is not given (the flag wins, as in
@@ -148,6 +153,18 @@ def train(attn_implementation: str | None = None, argv: Sequence[str] | None = N
     Returns:
         The trainer, after training and saving.
     """
+    try:
+        return _train(attn_implementation, argv)
+    finally:
+        _close_process_group()
+
+
+def _close_process_group() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def _train(attn_implementation: str | None, argv: Sequence[str] | None) -> Trainer:
     setup_logging()
     model_args, data_args, training_args = parse_arguments(argv)
     check_output_dir(model_args, data_args, training_args)
