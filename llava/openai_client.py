@@ -82,6 +82,12 @@ def image_data_url(image: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def image_data_url_of_base64(encoded: str) -> str:
+    """A base64-encoded image (the demo's PNG or JPEG) as a data URL of its own type."""
+    kind = "jpeg" if encoded.startswith("/9j/") else "png"
+    return f"data:image/{kind};base64,{encoded}"
+
+
 def user_message(text: str, images: Sequence[Any] = ()) -> dict[str, Any]:
     """One user turn: an ``image_url`` part per image (PIL images or data URLs), then the text."""
     if not images:
@@ -94,6 +100,24 @@ def user_message(text: str, images: Sequence[Any] = ()) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
+def conversation_messages(conv: Any, images: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """A :class:`llava.conversation.Conversation`'s turns after its few-shot ``offset`` as chat messages, up to its open
+    assistant turn; the ``<image>`` markers are dropped and ``images`` go with the first user turn (the server's
+    template puts them back where the model was trained to see them)."""
+    from llava.constants import DEFAULT_IMAGE_TOKEN
+
+    messages: list[dict[str, Any]] = []
+    for index, (_, message) in enumerate(conv.messages[conv.offset:]):
+        if message is None:
+            break
+        text = message[0] if isinstance(message, tuple) else str(message)
+        if index % 2 == 0:
+            messages.append(user_message(text.replace(DEFAULT_IMAGE_TOKEN, "").strip(), images if index == 0 else ()))
+        else:
+            messages.append({"role": "assistant", "content": text})
+    return messages
+
+
 @dataclass(frozen=True)
 class Sampling:
     """The decoding options the API offers: ``temperature`` 0 is greedy."""
@@ -101,11 +125,14 @@ class Sampling:
     temperature: float = 0.0
     top_p: float | None = None
     max_tokens: int = 1024
+    stop: str | None = None
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
         if self.top_p is not None and self.temperature > 0:
             body["top_p"] = self.top_p
+        if self.stop:
+            body["stop"] = [self.stop]
         return body
 
 
@@ -319,6 +346,6 @@ class EndpointGenerator:
 
 
 __all__ = [
-    "DEFAULT_TIMEOUT", "KEY_ENV", "ChatEndpoint", "EndpointGenerator", "Sampling", "api_key_from_env", "endpoint_root",
-    "image_data_url", "user_message",
+    "DEFAULT_TIMEOUT", "KEY_ENV", "ChatEndpoint", "EndpointGenerator", "Sampling", "api_key_from_env", "conversation_messages",
+    "endpoint_root", "image_data_url", "image_data_url_of_base64", "user_message",
 ]

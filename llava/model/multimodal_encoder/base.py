@@ -205,6 +205,13 @@ class BaseVisionTower(nn.Module):
             logger.info("vision tower %s: %d weights of other parts not used (%s)", self.vision_tower_name, len(unused), ", ".join(parts))
         return model
 
+    def load_image_processor(self) -> Any:
+        """The tower's image processor alone, checked against the model's input size; no weights are read (for a
+        front end that only prepares pixels, e.g. the vLLM plugin's)."""
+        processor = self._load_processor()
+        self._check_processor_size(processor)
+        return processor
+
     def _load_processor(self) -> Any:
         name = self.vision_tower_name
         if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "preprocessor_config.json")):
@@ -215,13 +222,13 @@ class BaseVisionTower(nn.Module):
             return self.default_processor(self.image_size)
         return self._from_name(self.processor_class.from_pretrained)
 
-    def _check_processor_size(self) -> None:
+    def _check_processor_size(self, processor: Any = None) -> None:
         """Refuse a processor whose output size is not the model's input size (a shape error deep in the model).
 
         Raises:
             ValueError: Naming both files and both sizes.
         """
-        made = processor_output_size(self.image_processor)
+        made = processor_output_size(self.image_processor if processor is None else processor)
         expected = _pair(self.config.image_size)
         if made is not None and made != expected:
             raise ValueError(
