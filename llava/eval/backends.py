@@ -51,9 +51,9 @@ class LocalBackend:
     def model_id(self) -> str:
         return get_model_name_from_path(os.path.expanduser(self.args.model_path))
 
-    def check(self, has_images: bool) -> None:
+    def check(self, items: Sequence[Any]) -> None:
         """Refuse a plain language model asked about images, before anything loads."""
-        if has_images:
+        if any(item.images for item in items):
             from llava.model.checkpoint_layout import require_multimodal
 
             require_multimodal(os.path.expanduser(self.args.model_path), self.args.model_base)
@@ -97,8 +97,11 @@ class EndpointBackend:
     def model_id(self) -> str:
         return get_model_name_from_path(self.model)
 
-    def check(self, has_images: bool) -> None:
-        """Reach the endpoint now: an unreachable one, or one without the model, fails before any output."""
+    def check(self, items: Sequence[Any]) -> None:
+        """Refuse video questions (the endpoint takes images), then reach the endpoint: an unreachable one, or one
+        without the model, fails before any output."""
+        if any(getattr(ref, "kind", "image") == "video" for item in items for ref in item.images):
+            raise UserError("--backend openai sends images, not videos; answer video questions with --backend local")
         self.model_id()
 
     def record(self, producer: dict[str, Any]) -> dict[str, Any]:

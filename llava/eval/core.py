@@ -388,7 +388,7 @@ def run_parsed(
     start, stop = chunk_bounds(len(records), args.num_chunks, args.chunk_idx)
     chunk = [item for item in items if start < (item.position or 0) <= stop]
     if generator_factory is None:
-        backend.check(any(item.images for item in chunk))
+        backend.check(chunk)
     model_id = backend.model_id()
     producer = backend.record(
         producer_record(_recorded_args(args, settings), model_id, questions=records_fingerprint(records[start:stop]))

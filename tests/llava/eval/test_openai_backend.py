@@ -198,3 +198,15 @@ def test_an_endpoint_that_is_down_is_one_sentence(bench_data: BenchData, tmp_pat
         url = server.url + "/v1"
     message = refused(bench_data, tmp_path, "--backend", "openai", "--endpoint", url)
     assert message.startswith(f"the endpoint {url} still fails after 2 retries ({url}/models cannot be reached (ConnectionRefusedError")
+
+
+def test_video_questions_are_refused_before_the_endpoint_is_asked(tmp_path: Path) -> None:
+    from llava.eval import model_vqa_video
+
+    questions = tmp_path / "videos.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "video": "clip.mp4", "text": "What happens?"}) + "\n")
+    with scripted_server(lambda handled: handled.reply(200, b"{}")) as server:
+        with pytest.raises(UserError, match=r"^--backend openai sends images, not videos; answer video questions with --backend local$"):
+            model_vqa_video.main(["--question-file", str(questions), "--video-folder", str(tmp_path), "--answers-file",
+                                  str(tmp_path / "a.jsonl"), "--backend", "openai", "--endpoint", server.url + "/v1"])
+    assert server.requests == [] and not (tmp_path / "a.jsonl").exists()
