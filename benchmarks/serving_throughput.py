@@ -1,5 +1,6 @@
 """Requests per second at a fixed concurrency through this project's model worker and through ``vllm serve``.
 
+    python benchmarks/serving_throughput.py --make-checkpoints DIR     # the two tiny checkpoints and the image below
     python benchmarks/serving_throughput.py --checkpoint CKPT --server worker --python .venv/bin/python
     python benchmarks/serving_throughput.py --checkpoint CKPT --server vllm --python .venv-vllm/bin/python
         [--concurrency 4] [--requests 24] [--max-tokens 16] [--image IMG] [--json OUT]
@@ -117,18 +118,42 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def make_checkpoints(folder: Path) -> None:
+    """A vanilla (``mlp2x_gelu``, 144 tokens) and a Braco-16 (``braco_c3s7``) tiny checkpoint on one random 96-px
+    CLIP tower (a 12 x 12 grid) and one random LLaMA (4 layers, width 256, head_dim 32), and a 96 x 72 PNG."""
+    from PIL import Image
+
+    from llava.testing.tiny import build_tiny_clip_tower, build_tiny_llava_checkpoint, train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(folder / "tokenizer")
+    tower = build_tiny_clip_tower(folder / "clip-96", image_size=96, patch_size=8)
+    for projector in ("mlp2x_gelu", "braco_c3s7"):
+        print(build_tiny_llava_checkpoint(folder / f"llava-v1-bench-{projector}", tower, tokenizer, projector_type=projector,
+                                          hidden=256, layers=4, heads=8, seed=0))
+    image = Image.new("RGB", (96, 72), (200, 40, 30))
+    image.paste((250, 250, 250), (10, 10, 40, 30))
+    image.save(folder / "image.png")
+    print(folder / "image.png")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--server", choices=("worker", "vllm"), required=True)
+    parser.add_argument("--make-checkpoints", default=None, metavar="DIR", help="build the benchmark's checkpoints and image, then stop")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--server", choices=("worker", "vllm"))
     parser.add_argument("--python", default=sys.executable, help="the interpreter of the server's virtualenv")
-    parser.add_argument("--image", required=True, help="a PNG sent with every request")
+    parser.add_argument("--image", help="a PNG sent with every request")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--log", default=None, help="the server's output (default: a file under /tmp)")
     parser.add_argument("--json", default=None, help="also write the result here")
     args = parser.parse_args(argv)
+    if args.make_checkpoints:
+        make_checkpoints(Path(args.make_checkpoints))
+        return
+    if not (args.checkpoint and args.server and args.image):
+        parser.error("give --checkpoint, --server and --image (or --make-checkpoints DIR)")
     result = run(args)
     print(json.dumps(result))
     if args.json:

@@ -17,7 +17,7 @@ from llava.eval import core, model_vqa, model_vqa_loader
 from llava.utils import UserError
 
 from ..fake_openai import fake_openai
-from ..http_server import Handled, scripted_server
+from ..http_server import scripted_server
 from .conftest import BenchData
 
 MAX_NEW = "6"

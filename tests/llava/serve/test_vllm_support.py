@@ -12,8 +12,8 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from llava.model.builder import load_pretrained_model
 from llava.mm_utils import process_images
+from llava.model.builder import load_pretrained_model
 from llava.serve.vllm_plugin import support
 from llava.testing.registry import registered_examples
 from llava.utils import UserError
