@@ -39,9 +39,9 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _launch(server: str, python: str, checkpoint: str, port: int, log: Path) -> subprocess.Popen:
+def _launch(server: str, python: str, checkpoint: str, port: int, log: Path, device: str) -> subprocess.Popen:
     if server == "worker":
-        command = [python, "-m", "llava.serve.model_worker", "--model-path", checkpoint, "--device", "cpu", "--no-register",
+        command = [python, "-m", "llava.serve.model_worker", "--model-path", checkpoint, "--device", device, "--no-register",
                    "--host", "127.0.0.1", "--port", str(port), "--limit-model-concurrency", "64"]
     else:
         command = [str(Path(python).parent / "vllm"), "serve", checkpoint, "--host", "127.0.0.1", "--port", str(port),
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> dict:
     conv.append_message(conv.roles[0], "<image>\n" + QUESTION)
     conv.append_message(conv.roles[1], None)
     prompt = conv.get_prompt()
-    process = _launch(args.server, args.python, args.checkpoint, port, log)
+    process = _launch(args.server, args.python, args.checkpoint, port, log, args.device)
     try:
         url = f"http://127.0.0.1:{port}"
         endpoint = ChatEndpoint(url + "/v1", timeout=600, max_retries=0)
@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> dict:
                 os.killpg(process.pid, 9)
     latencies = [latency for latency, _ in results]
     return {
-        "server": args.server, "checkpoint": Path(args.checkpoint).name, "concurrency": args.concurrency, "requests": args.requests,
+        "server": args.server, "device": args.device if args.server == "worker" else "cpu", "checkpoint": Path(args.checkpoint).name,
+        "concurrency": args.concurrency, "requests": args.requests,
         "max_tokens": args.max_tokens, "requests_per_s": round(args.requests / wall, 3), "wall_s": round(wall, 2),
         "mean_latency_s": round(statistics.mean(latencies), 3), "answer_chars": sum(chars for _, chars in results),
     }
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server", choices=("worker", "vllm"))
     parser.add_argument("--python", default=sys.executable, help="the interpreter of the server's virtualenv")
     parser.add_argument("--image", help="a PNG sent with every request")
+    parser.add_argument("--device", default="cpu", help="the worker's device (float32 on cpu, float16 on cuda); vllm serve runs on CPU")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=16)
