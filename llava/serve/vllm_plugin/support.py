@@ -102,20 +102,21 @@ def tokens_per_view(config: Any) -> int:
 
 
 def tower_side(config: Any) -> int:
-    """The tower's square input side in pixels."""
-    from llava.model.multimodal_projector.builder import tower_shape
+    """The tower's square input side in pixels (what AnyRes canvases are measured in).
 
-    shape = tower_shape(config)
-    name = os.path.expanduser(str(config.mm_vision_tower))
+    Raises:
+        UserError: For a tower whose input is not square.
+    """
     from llava.model.multimodal_encoder.builder import tower_model_type
     from llava.model.multimodal_encoder.registry import resolve_vision_tower
 
+    name = os.path.expanduser(str(config.mm_vision_tower))
     vision = resolve_vision_tower(tower_model_type(name), source=name).config_class.from_pretrained(name)
-    side = getattr(vision, "vision_config", vision).image_size
-    side = side[0] if isinstance(side, (list, tuple)) else side
-    if shape.grid[0] != shape.grid[1]:
-        raise UserError(f"vision tower {name!r} gives a {shape.grid[0]}x{shape.grid[1]} grid; the vLLM plugin serves square towers")
-    return int(side)
+    side = getattr(vision, "vision_config", None) or vision
+    height, width = side.image_size if isinstance(side.image_size, (list, tuple)) else (side.image_size, side.image_size)
+    if int(height) != int(width):
+        raise UserError(f"vision tower {name!r} takes {height}x{width}-pixel inputs; the vLLM plugin serves square towers")
+    return int(height)
 
 
 def image_token_count(config: Any, image_size: Sequence[int], per_view: int, side: int, grid: Sequence[int]) -> int:
