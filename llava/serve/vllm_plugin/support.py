@@ -263,10 +263,12 @@ def placeholder_token_id(tokenizer: Any, vocab_size: int) -> int:
 
 def relay_prompt(ids: list[int], tokenizer: Any, placeholder: int) -> list[int]:
     """vLLM's token ids of a whole prompt → the ids ``tokenizer_image_token`` gives the same text, one ``placeholder``
-    per ``<image>`` marker (each text chunk tokenized on its own, as the checkpoint was trained).
+    per ``<image>`` marker (each text chunk tokenized on its own, and a BOS first when the tokenizer adds one: the
+    HF path's ids).
 
-    The text is recovered by decoding, and used only when encoding it again gives back exactly ``ids``; otherwise
-    (or when the prompt already holds placeholders) ``ids`` are returned unchanged.
+    vLLM tokenizes a completion prompt with the tokenizer's special tokens and a rendered chat prompt without them;
+    either way the text is recovered by decoding (a leading BOS set aside), and used only when encoding it again
+    gives back exactly those ids. Otherwise, or when the prompt already holds placeholders, ``ids`` stay as they are.
     """
     from llava.mm_utils import tokenizer_image_token
 
@@ -275,7 +277,7 @@ def relay_prompt(ids: list[int], tokenizer: Any, placeholder: int) -> list[int]:
     bos = tokenizer.bos_token_id
     body = ids[1:] if ids and bos is not None and ids[0] == bos else ids
     text = tokenizer.decode(body)
-    if tokenizer(text).input_ids != ids:
+    if tokenizer(text, add_special_tokens=False).input_ids != body:
         logger.warning("a prompt's tokens do not decode to a text that encodes back to them; its image markers stay as "
                        "vLLM tokenized them")
         return ids

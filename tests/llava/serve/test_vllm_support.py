@@ -125,3 +125,27 @@ def test_the_language_architecture_is_the_plain_llms(tiny_llava_checkpoint, tiny
     legacy = json.loads((tiny_llava_checkpoint("mlp2x_gelu", model_type="llava") / "config.json").read_text())
     assert legacy["model_type"] == "llava"
     assert support.language_architecture(AutoConfig.for_model("llava_qwen")) == "Qwen2ForCausalLM"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen"])
+def test_prompts_are_re_tokenized_as_the_hf_path_does(family: str, tiny_tokenizer_dir: Path, tiny_qwen_tokenizer_dir: Path) -> None:
+    """Whole-prompt ids, with the tokenizer's special tokens (completions) or without (rendered chats), become
+    ``tokenizer_image_token``'s ids with the placeholder at each ``<image>``."""
+    from transformers import AutoTokenizer
+
+    from llava.conversation import conv_templates
+    from llava.mm_utils import tokenizer_image_token
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir if family == "llama" else tiny_qwen_tokenizer_dir))
+    conv = conv_templates["llava_v1" if family == "llama" else "qwen_2"].copy()
+    conv.append_message(conv.roles[0], "<image>\n<image>\nWhat is  in the picture?")
+    conv.append_message(conv.roles[1], None)
+    prompt = conv.get_prompt()
+    placeholder = support.placeholder_token_id(tokenizer, len(tokenizer) + (64 if family == "qwen" else 0))
+    expected = tokenizer_image_token(prompt, tokenizer, placeholder)
+    assert expected.count(placeholder) == 2
+    for special in (True, False):
+        whole = tokenizer(prompt, add_special_tokens=special).input_ids
+        assert placeholder not in whole and whole != expected  # vLLM's tokenization differs around the markers
+        assert support.relay_prompt(whole, tokenizer, placeholder) == expected
+    assert support.relay_prompt(expected, tokenizer, placeholder) == expected  # already relaid: unchanged
