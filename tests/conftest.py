@@ -17,6 +17,7 @@ import pytest
 OPT_IN_MARKERS = {
     "slow": "heavy end-to-end checks (lmms-eval, `make lmms-eval-check`)",
     "gpu": "CUDA paths (`make gpu-check`, scripts/gpu/check.sh on a GPU machine)",
+    "vllm": "this project's checkpoints served by vLLM (`make vllm-check`, in its own virtualenv)",
 }
 
 

@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 from llava.conversation import check_template_name
 from llava.eval.answers import AnswersFile
+from llava.eval.backends import add_backend_flags, loader_backend, recorded_flags
 from llava.eval.files import check_fields, guard_outputs, load_questions
 from llava.eval.items import (
     BuildItems,
@@ -59,7 +60,6 @@ from llava.eval.provenance import Provenance, producer_record, records_fingerpri
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
-from llava.mm_utils import get_model_name_from_path
 from llava.utils import UserError, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -235,6 +235,7 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
                         help="change a runtime setting of the projector's compressor after loading (repeatable)")
     for key, description in _runtime_flags():
         parser.add_argument(f"--{key}", dest=key, type=str, default=None, metavar="VALUE", help=description)
+    add_backend_flags(parser)
     if spec.add_arguments is not None:
         spec.add_arguments(parser)
     return parser
@@ -290,7 +291,7 @@ def _recorded_args(args: argparse.Namespace, settings: Mapping[str, Any]) -> arg
     from llava.model.multimodal_projector.plugins import plugin_settings
 
     runtime = {setting.key for _, setting in plugin_settings() if setting.runtime}
-    recorded = argparse.Namespace(**{key: value for key, value in vars(args).items() if key not in runtime})
+    recorded = argparse.Namespace(**{key: value for key, value in vars(recorded_flags(args)).items() if key not in runtime})
     recorded.projector_settings = dict(settings)
     return recorded
 
@@ -366,14 +367,16 @@ def run_parsed(
     """:func:`run_loader` on already parsed arguments.
 
     Checks, in order and before any model loads: the decoding values, the device, the projector settings, the
-    conversation template's name, the output path against the inputs, then every record of the question file (fields and types, and that no two
-    questions share an answer identity, :func:`check_unique_items`), then that a checkpoint asked about images is
-    not a plain language model.
+    backend's flags (:mod:`llava.eval.backends`), the conversation template's name, the output path against the
+    inputs, then every record of the question file (fields and types, and that no two questions share an answer
+    identity, :func:`check_unique_items`), then that a checkpoint asked about images is not a plain language model
+    (``--backend local``) or that the endpoint answers and serves the model (``--backend openai``).
     """
     setup_logging()
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
     device = resolve_device(args.device)
     settings = projector_settings(args)
+    backend = loader_backend(args, settings)
     check_template_name(args.conv_mode)
     guard_outputs(inputs={"--question-file": args.question_file}, files={"--answers-file": args.answers_file})
     records = load_questions(args.question_file)
@@ -384,18 +387,18 @@ def run_parsed(
     check_unique_items(items, source)
     start, stop = chunk_bounds(len(records), args.num_chunks, args.chunk_idx)
     chunk = [item for item in items if start < (item.position or 0) <= stop]
-    model_id = get_model_name_from_path(os.path.expanduser(args.model_path))
-    producer = producer_record(_recorded_args(args, settings), model_id, questions=records_fingerprint(records[start:stop]))
-
-    if generator_factory is None and any(item.images for item in chunk):
-        from llava.model.checkpoint_layout import require_multimodal
-
-        require_multimodal(os.path.expanduser(args.model_path), args.model_base)
+    if generator_factory is None:
+        backend.check(chunk)
+    model_id = backend.model_id()
+    producer = backend.record(
+        producer_record(_recorded_args(args, settings), model_id, questions=records_fingerprint(records[start:stop]))
+    )
+    load = backend.generator_factory(device, settings)
 
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:
             return generator_factory(args)
-        return load_generator(args.model_path, args.model_base, args.conv_mode, device, settings)
+        return load()
 
     return run_items(
         chunk, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,

@@ -1,6 +1,7 @@
-"""Where the chat UI gets answers from: a controller and its workers over HTTP, or a model in this process.
+"""Where the chat UI gets answers from: a controller and its workers over HTTP, a model in this process, or an
+OpenAI-compatible endpoint (``vllm serve`` with this project's plugin).
 
-Both backends offer the same three calls, so ``chat_ui`` has one code path:
+The backends offer the same three calls, so ``chat_ui`` has one code path:
 
 * ``list_models()`` — model names that can answer now;
 * ``stream(payload)`` — upstream's ``/worker_generate_stream`` body in, :class:`StreamChunk` s out (never
@@ -27,10 +28,13 @@ from .protocol import (
     StreamChunk,
     decode_chunks,
     no_model_message,
+    sentence,
     unreachable_message,
 )
 
 if TYPE_CHECKING:
+    from llava.openai_client import ChatEndpoint
+
     from .engine import ModelEngine
 
 logger = logging.getLogger(__name__)
@@ -191,4 +195,49 @@ class LocalBackend:
             return {"available": False, "error": str(error)}
 
 
-__all__ = ["ChatBackend", "ControllerBackend", "LocalBackend"]
+class EndpointBackend:
+    """An OpenAI-compatible endpoint (``--endpoint``): each answer streams from ``/chat/completions``, the page's
+    conversation sent as chat messages (``payload["messages"]``, the images with the first turn), so the server's chat
+    template renders the prompt. There is no compressor panel (the endpoint does not offer one).
+
+    Args:
+        endpoint: The client (:class:`llava.openai_client.ChatEndpoint`).
+    """
+
+    def __init__(self, endpoint: ChatEndpoint) -> None:
+        self.endpoint = endpoint
+
+    def list_models(self) -> list[str]:
+        """The endpoint's models (empty, with a warning, when it cannot be asked)."""
+        try:
+            return self.endpoint.served_models()
+        except ValueError as error:
+            logger.warning("cannot list the endpoint's models: %s", error)
+            return []
+
+    def stream(self, payload: dict[str, Any]) -> Iterator[StreamChunk]:
+        from llava.openai_client import Sampling, image_data_url_of_base64
+
+        prompt = str(payload.get("prompt") or "")
+        messages = [dict(message) for message in payload.get("messages") or []]
+        images = [image_data_url_of_base64(image) for image in payload.get("images") or []]
+        if payload.get("videos"):
+            yield StreamChunk("This endpoint takes images, not videos; upload an image.", WORKER_ERROR)
+            return
+        if images and messages:
+            text = messages[0]["content"]
+            messages[0] = {"role": "user", "content": [*({"type": "image_url", "image_url": {"url": url}} for url in images),
+                                                       {"type": "text", "text": text}]}
+        try:
+            sampling = Sampling(float(payload.get("temperature", 0.2)), payload.get("top_p"), int(payload.get("max_new_tokens", 512)),
+                                payload.get("stop") or None)
+            for answer in self.endpoint.stream(messages, str(payload.get("model") or ""), sampling):
+                yield StreamChunk(prompt + answer)
+        except ValueError as error:
+            yield StreamChunk(sentence(str(error)), WORKER_ERROR)
+
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
+        return {"available": False}
+
+
+__all__ = ["ChatBackend", "ControllerBackend", "EndpointBackend", "LocalBackend"]

