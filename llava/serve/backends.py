@@ -11,7 +11,6 @@ Both backends offer the same three calls, so ``chat_ui`` has one code path:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -146,7 +145,7 @@ def _refusal_or_pieces(response: net.Stream) -> Iterator[bytes]:
         return
     body = response.read(64 * 1024)
     try:
-        data = json.loads(body)
+        data = net.parse_json(body)
     except ValueError:
         data = None
     if isinstance(data, dict) and "text" in data and "error_code" in data:
