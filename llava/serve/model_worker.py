@@ -48,7 +48,7 @@ from llava import net
 from llava.constants import WORKER_HEART_BEAT_INTERVAL
 from llava.utils import UserError, cli_main, setup_logging
 
-from .admission import AllowedHosts, WorkerRefused, worker_origin
+from .admission import WorkerRefused, worker_origin
 from .flags import (
     add_bind_flags,
     add_flag,
@@ -285,7 +285,7 @@ def _check_addresses(controller_address: str, worker_address: str) -> None:
     except net.NetError as error:
         raise UserError(f"--controller-address: {error}; give e.g. http://localhost:21001") from None
     try:
-        worker_origin(worker_address, AllowedHosts(("*",)))
+        worker_origin(worker_address, None)
     except WorkerRefused as error:
         raise UserError(f"--worker-address: {error}") from None
 
