@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llava import net
+from llava.endpoints import join_url
 
 from .protocol import (
     CHUNK_DELIMITER,
@@ -67,10 +68,11 @@ class ControllerBackend:
         Raises:
             net.NetError, ValueError: If the controller cannot be reached or does not answer with JSON.
         """
-        response = net.request("POST", self.controller_url + path, json=payload, headers=HEADERS,
+        url = join_url(self.controller_url, path, "--controller-url")
+        response = net.request("POST", url, json=payload, headers=HEADERS,
                                deadline=self.call_timeout, max_bytes=1024 * 1024, max_redirects=0)
         if response.status != 200:
-            raise ValueError(f"HTTP {response.status} from {self.controller_url + path}")
+            raise ValueError(f"HTTP {response.status} from {url}")
         return response.json()
 
     def list_models(self) -> list[str]:

@@ -90,3 +90,18 @@ def test_k05_json_nested_too_deeply_is_a_value_error() -> None:
     with pytest.raises(ValueError, match=r"^a reply is not valid JSON \(Expecting property name"):
         net.parse_json(b"{", "a reply")
     assert net.parse_json(b"[[1]]") == [[1]]
+
+
+def test_the_serving_clients_join_their_routes_the_same_way() -> None:
+    # The controller's address had "/register_worker" (and the other routes) appended to the whole URL, as J05's.
+    from llava.serve.backends import ControllerBackend
+    from llava.serve.register_worker import register_worker
+
+    def answer(handled: Handled) -> None:
+        handled.reply(200, json.dumps({"registered": True, "models": []}).encode())
+
+    with scripted_server(answer) as server:
+        assert register_worker(server.url + "/proxy/?tenant=a", "http://127.0.0.1:1")
+        assert ControllerBackend(server.url + "/proxy?tenant=a").list_models() == []
+    assert [seen.path for seen in server.requests] == ["/proxy/register_worker?tenant=a", "/proxy/refresh_all_workers?tenant=a",
+                                                      "/proxy/list_models?tenant=a"]
