@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llava.eval.files import QUESTION_ID, AnswerIdentity, answer_identity, check_fields, describe_identity
+from llava.eval.files import QUESTION_ID, AnswerIdentity, answer_identity, describe_identity, has_fields
 from llava.outputs import atomic_output, read_jsonl_resumable, scan_jsonl
 from llava.utils import UserError
 
@@ -40,11 +40,7 @@ _DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk
 
 def is_answer(record: Mapping[str, Any]) -> bool:
     """Whether ``record`` has the fields of an answer line (:data:`ANSWER_FIELDS`, with their types)."""
-    try:
-        check_fields(record, ANSWER_FIELDS, "answer")
-    except UserError:
-        return False
-    return True
+    return has_fields(record, ANSWER_FIELDS)
 
 
 class AnswersFile:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from llava.eval.answers import AnswersFile
-from llava.eval.files import QUESTION_ID, check_fields, read_json, read_jsonl
+from llava.eval.files import QUESTION_ID, has_fields, read_json, read_jsonl
 from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance, file_digest
 from llava.outputs import guard_outputs
@@ -97,11 +97,7 @@ Planned = tuple[dict[str, Any], list[dict[str, str]]]
 
 def is_review(record: Mapping[str, Any]) -> bool:
     """Whether a line of a review file is a whole review (:data:`REVIEW_FIELDS`)."""
-    try:
-        check_fields(record, REVIEW_FIELDS, "review")
-    except UserError:
-        return False
-    return True
+    return has_fields(record, REVIEW_FIELDS)
 
 
 def _by_question(path: str, what: str) -> dict[Any, dict[str, Any]]:

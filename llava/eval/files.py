@@ -240,6 +240,15 @@ def check_fields(record: Mapping[str, Any], fields: Mapping[str, type | tuple[ty
             raise UserError(f"{where}: {key!r} must be {_type_words(types)}, got {shown} ({type(record[key]).__name__})")
 
 
+def has_fields(record: Mapping[str, Any], fields: Mapping[str, type | tuple[type, ...]]) -> bool:
+    """Whether :func:`check_fields` accepts ``record`` (e.g. whether a line of an output file is a whole record)."""
+    try:
+        check_fields(record, fields, "record")
+    except UserError:
+        return False
+    return True
+
+
 #: The fields naming a record's picture or clip: a question gives at most one (training refuses the same).
 VISUAL_FIELDS = ("image", "video")
 
@@ -416,6 +425,7 @@ __all__ = [
     "atomic_output",
     "check_fields",
     "check_one_visual",
+    "has_fields",
     "check_outputs",
     "check_records",
     "describe_identity",
