@@ -15,11 +15,20 @@ chunks of ``/worker_generate_stream``). The rules, each held by a test in ``test
 3. **No redirect to another origin.** Redirects within the origin (scheme, host and port) are followed, at most
    ``max_redirects`` of them; a redirect elsewhere raises :class:`RedirectRefused` and is not followed, so the
    request's headers (an ``Authorization`` key among them) never reach another origin.
+4. **A request that cannot be built is the caller's error, not the network's.** A URL or a header holding a
+   control character or a character HTTP cannot carry raises :class:`RequestInvalid` (a ``UserError``) before
+   anything is sent; the message names the header, never its value, and no client retries it.
+
+An API client (the GPT judges, an OpenAI-compatible client) builds its URL and key with
+:func:`llava.endpoints.api_endpoint`, which checks both before the first call. Replies from the network (and the
+servers' request bodies) are parsed with :func:`parse_json`, which turns every malformed document (a nesting deep
+enough to exhaust Python's recursion limit included) into a ``ValueError``.
 
 Proxies: ``http_proxy`` / ``https_proxy`` / ``no_proxy`` are honoured as by urllib (HTTPS through a ``CONNECT``
 tunnel); loopback addresses never go through a proxy.
 
-Stdlib only (``http.client``), so it imports nothing heavy and works without the serving extras.
+Stdlib only (``http.client``; ``UserError`` from :mod:`llava.utils`), so it imports nothing heavy and works without the
+serving extras.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from llava.utils import UserError
 
 #: Redirect codes; 301/302/303 turn a POST into a GET without a body, as browsers and ``requests`` do.
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -62,6 +73,26 @@ class RedirectRefused(NetError):
 
 class ConnectFailed(NetError):
     """The server could not be reached, or dropped the connection."""
+
+
+class RequestInvalid(NetError, UserError):
+    """The request cannot be built (a URL or header the caller gave is malformed): nothing was sent, and
+    another try would fail alike."""
+
+
+def parse_json(data: bytes | bytearray | str, what: str = "the body") -> Any:
+    """``data`` parsed as JSON; every malformed document raises ``ValueError`` naming ``what``.
+
+    Python's parser recurses once per nesting level, so ``[[[[...]]]]`` a few thousand levels deep raises
+    ``RecursionError``, which code catching ``ValueError`` lets through (a 500 answer from a server, a traceback
+    from a client); here it is one more ``ValueError``.
+    """
+    try:
+        return jsonlib.loads(data)
+    except RecursionError:
+        raise ValueError(f"{what} is not valid JSON (nested too deeply)") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{what} is not valid JSON ({error})") from None
 
 
 @dataclass(frozen=True)
@@ -194,11 +225,21 @@ class _Exchange:
             self.conn.connect()
             self.sock = self.conn.sock
             watchdog.watch(self.sock)
-            self.conn.request(method, target, body=body, headers=dict(headers))
+            self._send(method, target, body, headers)
             self.response = self.conn.getresponse()
+        except RequestInvalid:
+            self.close()
+            raise
         except (OSError, http.client.HTTPException, ValueError) as error:
             self.close()
             raise self.failure(error) from None
+
+    def _send(self, method: str, target: str, body: bytes | None, headers: Mapping[str, str]) -> None:
+        try:
+            self.conn.request(method, target, body=body, headers=dict(headers))
+        except (http.client.InvalidURL, ValueError) as error:  # checked up front; the library's text may hold a key
+            raise RequestInvalid(f"the request to {self.url.split('?')[0]} cannot be built ({type(error).__name__}); "
+                                 "nothing was sent") from None
 
     @staticmethod
     def _connection(scheme: str, host: str, port: int, timeout: float) -> http.client.HTTPConnection:
@@ -240,6 +281,41 @@ class _Exchange:
                 response.close()
         with contextlib.suppress(Exception):
             self.conn.close()
+
+
+_CHARACTER_NAMES = {"\r": "a carriage return (\\r)", "\n": "a line feed (\\n)", "\t": "a tab", " ": "a space",
+                    "\0": "a NUL character"}
+
+
+def unsendable_character(text: str, *, allow_space: bool = True, ascii_only: bool = False) -> tuple[int, str] | None:
+    """``(position, description)`` of the first character of ``text`` that HTTP cannot carry in a header (a
+    control character; with ``ascii_only`` anything outside ASCII; without ``allow_space`` a space), or ``None``.
+    The description names the character (``a carriage return (\\r)``), never the text around it."""
+    for position, char in enumerate(text):
+        code = ord(char)
+        if code < 32 or code == 127 or (char == " " and not allow_space):
+            return position, _CHARACTER_NAMES.get(char, f"the control character U+{code:04X}")
+        if code > (127 if ascii_only else 255):
+            return position, f"the non-ASCII character U+{code:04X}"
+    return None
+
+
+def check_request(url: str, headers: Mapping[str, str]) -> None:
+    """Refuse, before anything is sent, a URL or header that HTTP cannot carry.
+
+    Raises:
+        RequestInvalid: Naming the URL's origin or the header's name and the character, never a header's value.
+    """
+    shown = url.split("?")[0]
+    found = unsendable_character(url, allow_space=False, ascii_only=True)
+    if found is not None:
+        raise RequestInvalid(f"the URL {shown[:200]!r} holds {found[1]} at position {found[0]}; a URL cannot carry it, "
+                             "so nothing was sent")
+    for name, value in headers.items():
+        found = unsendable_character(name, allow_space=False, ascii_only=True) or unsendable_character(str(value))
+        if found is not None:
+            raise RequestInvalid(f"the {name[:60]!r} header of the request to {shown[:200]} holds {found[1]}, which an "
+                                 "HTTP header cannot carry; nothing was sent (the value is not shown)")
 
 
 def _encode(json: Any, data: bytes | None, headers: Mapping[str, str] | None) -> tuple[bytes | None, dict[str, str]]:
@@ -295,12 +371,12 @@ class Response:
         return 200 <= self.status < 300
 
     def json(self) -> Any:
-        """The body parsed as JSON.
+        """The body parsed as JSON (:func:`parse_json`).
 
         Raises:
-            ValueError: If it is not JSON.
+            ValueError: If it is not JSON, nested too deeply included.
         """
-        return jsonlib.loads(self.body)
+        return parse_json(self.body, f"the reply of {self.url}")
 
 
 def _headers(response: http.client.HTTPResponse) -> dict[str, str]:
@@ -329,9 +405,11 @@ def request(method: str, url: str, *, json: Any = None, data: bytes | None = Non
         max_redirects: Redirects within the origin to follow (0: none; a redirect raises :class:`RedirectRefused`).
 
     Raises:
-        DeadlineExceeded, ResponseTooLarge, RedirectRefused, ConnectFailed: See the module docstring.
+        DeadlineExceeded, ResponseTooLarge, RedirectRefused, ConnectFailed, RequestInvalid: See the module
+            docstring.
     """
     body, sent = _encode(json, data, headers)
+    check_request(url, sent)
     watchdog = _Watchdog(deadline)
     try:
         exchange = _open(method.upper(), url, body, sent, watchdog, max_redirects)
@@ -428,6 +506,7 @@ def open_stream(method: str, url: str, *, json: Any = None, data: bytes | None =
     :func:`request`; a worker never redirects, so redirects are not followed unless ``max_redirects`` says so.
     """
     body, sent = _encode(json, data, headers)
+    check_request(url, sent)
     watchdog = _Watchdog(deadline)
     try:
         exchange = _open(method.upper(), url, body, sent, watchdog, max_redirects)
@@ -447,11 +526,15 @@ __all__ = [
     "NetError",
     "Origin",
     "RedirectRefused",
+    "RequestInvalid",
     "Response",
     "ResponseTooLarge",
     "Stream",
+    "check_request",
     "is_loopback",
     "open_stream",
     "origin_of",
+    "parse_json",
     "request",
+    "unsendable_character",
 ]

@@ -5,7 +5,10 @@
 Every tensor whose name contains ``mm_projector`` (for a Braco projector: the coder and the MLP), plus
 ``embed_tokens`` when the model was trained with ``mm_use_im_start_end``, is read from the checkpoint's
 shards (``*.safetensors`` or ``pytorch_model*.bin``, with or without an index) and saved with ``torch.save``
-under its full name, the layout ``--pretrain_mm_mlp_adapter`` and ``--model-base`` loading read.
+under its full name, the layout ``--pretrain_mm_mlp_adapter`` and ``--model-base`` loading read. A LoRA folder
+(``adapter_config.json``) keeps its projector in ``non_lora_trainables.bin`` (or ``.safetensors``): it is read from
+there, its names without PEFT's ``base_model.model.`` prefix; a stage-1 folder's ``mm_projector.bin`` is read as is.
+Every file goes through the project's one weights reader.
 
 ``--output`` is checked before anything is read: it may not be one of the checkpoint's own files (its shards,
 their index, ``config.json``), and it is written atomically with the user's umask, so a failed run leaves
@@ -22,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from llava.model.checkpoint_layout import read_config_file
-from llava.model.weights_io import load_weights_file
+from llava.model.checkpoint_layout import ADAPTER_FILE, NON_LORA_FILES, PROJECTOR_FILES, read_config_file
+from llava.model.weights_io import load_weights_file, strip_lora_prefixes
 from llava.outputs import atomic_output, guard_outputs
 from llava.utils import UserError, cli_main
 
@@ -49,6 +52,31 @@ def weight_files(model_path: Path) -> list[Path]:
     raise UserError(f"--model-path {os.fspath(model_path)!r} holds no *.safetensors or pytorch_model*.bin weights")
 
 
+def projector_files(model_path: Path) -> list[Path]:
+    """The files holding the projector: a LoRA folder's ``non_lora_trainables``, else the model's shards, else a
+    stage-1 folder's ``mm_projector`` file.
+
+    Raises:
+        UserError: For a LoRA folder without ``non_lora_trainables``, or a folder without weights.
+    """
+    found = {name: model_path / name for name in (*NON_LORA_FILES, *PROJECTOR_FILES) if (model_path / name).is_file()}
+    if (model_path / ADAPTER_FILE).is_file():
+        lora = [found[name] for name in NON_LORA_FILES if name in found]
+        if not lora:
+            raise UserError(
+                f"--model-path {os.fspath(model_path)!r} is a LoRA checkpoint without {' or '.join(NON_LORA_FILES)}, where "
+                "its projector would be; merge it first with scripts/merge_lora_weights.py, then extract from the merged folder"
+            )
+        return lora[:1]
+    try:
+        return weight_files(model_path)
+    except UserError:
+        stage1 = [found[name] for name in PROJECTOR_FILES if name in found]
+        if stage1:
+            return stage1[:1]
+        raise
+
+
 def _read(shard: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:
     if shard.suffix == ".safetensors":
         from safetensors import safe_open
@@ -67,9 +95,9 @@ def _read(shard: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:
 
 def _inputs(folder: Path) -> dict[str, Path]:
     """The checkpoint's files this command reads, which ``--output`` must never be."""
-    names = ["config.json"] + [index for index, _ in INDEX_FILES]
+    names = ["config.json", ADAPTER_FILE] + [index for index, _ in INDEX_FILES]
     found = {f"--model-path's {name}": folder / name for name in names if (folder / name).exists()}
-    for pattern in ("*.safetensors", "pytorch_model*.bin"):
+    for pattern in ("*.safetensors", "*.bin"):
         found.update({f"--model-path's weights file {shard.name}": shard for shard in folder.glob(pattern)})
     return found
 
@@ -89,8 +117,8 @@ def extract_projector(model_path: str | os.PathLike[str], output: str | os.PathL
     config = read_config_file(config_path) if config_path.is_file() else {}
     names = ["mm_projector"] + (["embed_tokens"] if config.get("mm_use_im_start_end") else [])
     tensors: dict[str, torch.Tensor] = {}
-    for shard in weight_files(folder):
-        tensors.update(_read(shard, lambda key: any(name in key for name in names)))
+    for shard in projector_files(folder):
+        tensors.update(strip_lora_prefixes(_read(shard, lambda key: any(name in key for name in names))))
     if not any("mm_projector" in key for key in tensors):
         raise UserError(f"--model-path {os.fspath(model_path)!r} has no mm_projector weights (is it a LLaVA checkpoint?)")
     with atomic_output(output, "wb") as handle:

@@ -156,6 +156,14 @@ def _budgets(requested, tokens: int) -> list[int]:
     return sorted(set(requested))
 
 
+def _used_setting(flag: str, requested, used, reason: str):
+    """``used``; when it is not what ``flag`` asked for, a warning naming both and why, so that the record written
+    (which holds ``used``) is never read as the request."""
+    if used != requested:
+        logger.warning("%s %s but %s: using %s (recorded as such)", flag, requested, reason, used)
+    return used
+
+
 def _subsample(paths: list, limit: int, seed: int) -> list:
     if len(paths) <= limit:
         return paths
@@ -220,6 +228,8 @@ def run_probe(args) -> dict:
             proj = channel_projection(x.shape[-1], args.probe_dim, seed=args.seed)
         feats.append(x if proj is None else x @ proj)
     stats = acc.result()
+    kept = feats[0].shape[-1]
+    probe_dim = _used_setting("--probe-dim", args.probe_dim or kept, kept, f"the tower's features have {stats.dim} channels")
     result = probe_diagnostics(torch.cat(feats), labels, splits, stats.m, stats.grid, bases=args.bases, budgets=budgets,
                                lam=args.lam, seed=args.seed)
     out = Path(args.out)
@@ -227,7 +237,7 @@ def run_probe(args) -> dict:
     n = stats.grid
     title = f"{tower.name}: {n}x{n} tokens, {len(paths)} images, {len(labelled.classes)} classes"
     payload = {"tower": str(args.vision_tower), "images": str(args.images), "labels": args.labels,
-               "classes": labelled.classes, "grid": n, "dim": stats.dim, "probe_dim": args.probe_dim,
+               "classes": labelled.classes, "grid": n, "dim": stats.dim, "probe_dim": probe_dim,
                "select_layer": tower.select_layer, "splits": {k: len(v) for k, v in splits.items()}, "lambda": args.lam,
                "direction_ridge_alpha": result.direction_alpha, "all_tokens": result.full, "rows": result.rows}
     write_json(out / "probe.json", payload)
@@ -245,24 +255,26 @@ def run_calibrate(args) -> dict:
     if not 0 < args.gamma < 1:
         logger.warning("gamma=%s is outside (0, 1): at 1 L_st cannot tell organisations apart, above 1 it rewards dense mixes", args.gamma)
     tower, paths, tokens = _setup(args)
-    n = round(tokens ** 0.5)
+    grid = round(tokens ** 0.5)
     if args.cutoffs is None:
-        cutoffs = [c for c in DEFAULT_CUTOFFS if c <= n]
+        cutoffs = [c for c in DEFAULT_CUTOFFS if c <= grid]
     else:
-        bad = [c for c in args.cutoffs if c > n]
+        bad = [c for c in args.cutoffs if c > grid]
         if bad:
-            raise InputError(f"cutoff C={bad[0]} is larger than the {n}x{n} token grid of this tower; C must be at most {n}")
+            raise InputError(f"cutoff C={bad[0]} is larger than the {grid}x{grid} token grid of this tower; C must be at most {grid}")
         cutoffs = sorted(set(args.cutoffs))
     if not cutoffs:
-        raise InputError(f"no cutoff to scan: the {n}x{n} grid admits only C=1; pass --cutoffs 1")
-    if args.n >= len(paths) and args.resamples > 1:
-        logger.warning("only %d images for --n %d: every resample is the whole folder, so the range is degenerate", len(paths), args.n)
-    index_sets = resample_indices(len(paths), args.n, args.resamples, seed=args.seed)
+        raise InputError(f"no cutoff to scan: the {grid}x{grid} grid admits only C=1; pass --cutoffs 1")
+    n = _used_setting("--n", args.n, min(args.n, len(paths)), f"only {len(paths)} images under {str(args.images)!r}")
+    if n == len(paths) and args.resamples > 1:
+        logger.warning("every one of the %d resamples is the whole folder of %d images, so the range is degenerate",
+                       args.resamples, n)
+    index_sets = resample_indices(len(paths), n, args.resamples, seed=args.seed)
     stats = resampled_moments(tower, paths, index_sets, batch_size=args.batch_size, progress=not args.no_progress)
     kwargs = {"beta": args.beta, "gamma": args.gamma, "scale": args.gram_scale, "seed": args.seed}
     scans = [crossover_scan(s.m, cutoffs, **kwargs) for s in stats]
     summary = summarize_calibration(scans)
-    encoder = args.encoder_name or f"{tower.name} ({n}x{n})"
+    encoder = args.encoder_name or f"{tower.name} ({grid}x{grid})"
     dataset = args.dataset_name or Path(args.images).resolve().name
     table = format_calibration_table([(encoder, dataset, summary)])
     out = Path(args.out)
@@ -270,7 +282,7 @@ def run_calibrate(args) -> dict:
     rows = [{"resample": r, "seed": args.seed + r, "images": s.count, **row.as_row()}
             for r, (s, scan) in enumerate(zip(stats, scans)) for row in scan]
     payload = {"tower": str(args.vision_tower), "images": str(args.images), "encoder": encoder, "dataset": dataset,
-               "grid": n, "select_layer": tower.select_layer, "n": args.n, "resamples": args.resamples,
+               "grid": grid, "select_layer": tower.select_layer, "n": n, "n_requested": args.n, "resamples": args.resamples,
                "seeds": [args.seed + r for r in range(args.resamples)], "images_per_resample": [s.count for s in stats],
                "beta": args.beta, "gamma": args.gamma, "gram_scale": args.gram_scale, "cutoffs": cutoffs,
                "summary": summary, "table": table, "scan": rows}

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llava.eval.files import QUESTION_ID, AnswerIdentity, answer_identity, check_fields, describe_identity
+from llava.eval.files import QUESTION_ID, AnswerIdentity, answer_identity, describe_identity, has_fields
 from llava.outputs import atomic_output, read_jsonl_resumable, scan_jsonl
 from llava.utils import UserError
 
@@ -40,11 +40,7 @@ _DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk
 
 def is_answer(record: Mapping[str, Any]) -> bool:
     """Whether ``record`` has the fields of an answer line (:data:`ANSWER_FIELDS`, with their types)."""
-    try:
-        check_fields(record, ANSWER_FIELDS, "answer")
-    except UserError:
-        return False
-    return True
+    return has_fields(record, ANSWER_FIELDS)
 
 
 class AnswersFile:
@@ -53,6 +49,10 @@ class AnswersFile:
     Args:
         path: The answers file (``~`` expanded); its folder is created on :meth:`begin`.
         overwrite: The run replaces the file: its answers are not read, and stay until the first new one is written.
+        accept: Whether a line's object is a record of this file (default :func:`is_answer`); other lines are damaged.
+        by_prompt: The identity of a record (:func:`llava.eval.files.answer_identity`): question id and prompt (a
+            loader's answers), or question id alone (a judge's reviews).
+        what: What the file is, for messages.
 
     Attributes:
         existing: The intact answers already in the file (empty with ``overwrite``).
@@ -63,9 +63,12 @@ class AnswersFile:
         UserError: If two intact answers in the file have the same identity (naming both lines).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False,
+                 accept: Callable[[Mapping[str, Any]], bool] = is_answer, by_prompt: bool = True,
+                 what: str = "answers file") -> None:
         self.path = Path(os.path.expanduser(os.fspath(path)))
         self.overwrite = overwrite
+        self.accept, self.by_prompt, self.what = accept, by_prompt, what
         self.existing: list[dict[str, Any]] = []
         self.damaged = 0
         self.answered: set[AnswerIdentity] = set()
@@ -74,14 +77,14 @@ class AnswersFile:
         self._fd: int | None = None
         self._on_commit: Callable[[], None] | None = None
         if not overwrite:
-            scan = scan_jsonl(self.path, accept=is_answer)
+            scan = scan_jsonl(self.path, accept=accept)
             self.existing, self.damaged = scan.records, len(scan.damaged)
             lines: dict[AnswerIdentity, int] = {}
             for number, record in zip(scan.numbers, scan.records):
-                identity = answer_identity(record, by_prompt=True)
+                identity = answer_identity(record, by_prompt=by_prompt)
                 if identity in lines:
                     raise UserError(
-                        f"answers file {os.fspath(self.path)!r} line {number} repeats the answer on line {lines[identity]} "
+                        f"{what} {os.fspath(self.path)!r} line {number} repeats the answer on line {lines[identity]} "
                         f"({describe_identity(identity)}); remove one of them, or pass --overwrite to answer again"
                     )
                 lines[identity] = number
@@ -99,12 +102,13 @@ class AnswersFile:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _, rejected, count = read_jsonl_resumable(self.path, what="answers file", accept=is_answer)
+            _, rejected, count = read_jsonl_resumable(self.path, what=self.what, accept=self.accept)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as error:
-            raise UserError(f"cannot write answers file {os.fspath(self.path)!r} ({_reason(error)}); nothing was changed") from None
+            raise UserError(f"cannot write {self.what} {os.fspath(self.path)!r} ({_reason(error)}); nothing was changed") from None
         if count:
-            logger.warning("answers file %s: %d damaged line(s) set aside in %s; every intact answer is kept", self.path, count, rejected)
+            logger.warning("%s %s: %d damaged line(s) set aside in %s; every intact answer is kept", self.what, self.path, count,
+                           rejected)
         self._commit()
 
     def write(self, record: Mapping[str, Any]) -> None:
@@ -121,7 +125,7 @@ class AnswersFile:
         else:
             self._append(line)
         self.written += 1
-        self.answered.add(answer_identity(record, by_prompt=True))
+        self.answered.add(answer_identity(record, by_prompt=self.by_prompt))
 
     def finish(self) -> None:
         """End the run: with ``overwrite`` and no answer written, the old file is replaced by an empty one."""
@@ -141,7 +145,7 @@ class AnswersFile:
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as error:
-            raise UserError(f"cannot append to answers file {os.fspath(self.path)!r} ({_reason(error)})") from None
+            raise UserError(f"cannot append to {self.what} {os.fspath(self.path)!r} ({_reason(error)})") from None
         self._commit()
 
     def _append(self, line: bytes) -> None:
@@ -159,7 +163,7 @@ class AnswersFile:
             if error.errno not in _DISK_ERRORS:
                 raise
             raise UserError(
-                f"cannot append to answers file {os.fspath(self.path)!r} ({_reason(error)}); the answers written so far "
+                f"cannot append to {self.what} {os.fspath(self.path)!r} ({_reason(error)}); the answers written so far "
                 "are kept: free some space and run the same command again to resume"
             ) from None
 

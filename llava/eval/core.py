@@ -43,7 +43,7 @@ from tqdm import tqdm
 from llava.conversation import check_template_name
 from llava.eval.answers import AnswersFile
 from llava.eval.backends import add_backend_flags, loader_backend, recorded_flags
-from llava.eval.files import check_fields, guard_outputs, load_questions
+from llava.eval.files import check_fields, check_one_visual, guard_outputs, load_questions
 from llava.eval.items import (
     BuildItems,
     EvalItem,
@@ -322,6 +322,7 @@ def build_items(spec: LoaderSpec, records: Sequence[dict[str, Any]], args: argpa
     for position, record in enumerate(records, start=first):
         where = f"{source}, {ordinal(position)} question"
         check_fields(record, spec.fields, where)
+        check_one_visual(record, where)
         try:
             built = spec.build_items(record, args)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:

@@ -13,7 +13,7 @@ Usage (upstream's flags)::
         --output playground/data/eval/llava-bench-in-the-wild/reviews/M.jsonl
 
 Environment: ``OPENAI_API_KEY`` (required unless the endpoint needs no key), ``OPENAI_BASE_URL`` (default
-``https://api.openai.com/v1``; ``/chat/completions`` is appended), ``LLAVA_JUDGE_MODEL`` (default
+``https://api.openai.com/v1``; ``/chat/completions`` goes on its path, a query is kept), ``LLAVA_JUDGE_MODEL`` (default
 ``gpt-4-0314``, upstream's judge; ``--judge-model`` overrides it); see :mod:`llava.eval.judge`.
 
 Per question (matched by ``question_id`` in both answer files; the first is the reference, usually GPT-4's
@@ -22,11 +22,14 @@ category's instruction from the rule table (``llava_bench_<category>`` -> ``{"ro
 temperature 0.2. The first line of its reply holds the two scores; a reply without them is recorded as
 ``[-1, -1]``, as upstream (``summarize_gpt_review`` leaves such reviews out and counts them). Output lines:
 ``{"id", "question_id", "answer1_id", "answer2_id", "category", "content", "tuple"}``, one per question, appended
-and flushed as they come, so a rerun resumes with the questions that have no review yet; a damaged line moves
-to ``OUTPUT.rejected`` (named in the log) and its question is asked again, every intact review stays.
-``OUTPUT.meta.json`` records the judge (endpoint, model, token limit) and a hash of the
-rule table and of both answer files: resuming after any of them changed is refused until ``--overwrite``, which
-keeps the old reviews until every new one is written.
+and handed to the operating system as each comes, so a rerun resumes with the questions that have no review yet;
+a damaged line moves to ``OUTPUT.rejected`` (named in the log) and its question is asked again, every intact
+review stays. Every input record is checked (its fields, its category in the rule table, its image's context,
+both answers) before the first judge call. ``OUTPUT.meta.json`` records the judge (endpoint, model, token limit)
+and a hash of the rule table, the questions, the context and both answer files: resuming after any of them
+changed is refused until ``--overwrite``, which keeps the old reviews and their record until the first new review
+replaces them; from then on each review is kept as it is paid for, so a judge that fails midway leaves its
+reviews under its own record and a plain rerun asks only for the rest.
 Rate limits (HTTP 429), server errors, dropped connections and missed deadlines are retried with growing
 pauses (``--max-retries``), each call within ``--judge-timeout`` seconds in all; other refusals (a bad key, an
 unknown model, a redirect to another origin, a reply over 1 MiB) stop at once with one sentence.
@@ -36,17 +39,17 @@ Summarise with ``python -m llava.eval.summarize_gpt_review -f OUTPUT``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from llava.eval.files import read_json, read_jsonl
+from llava.eval.answers import AnswersFile
+from llava.eval.files import QUESTION_ID, has_fields, read_json, read_jsonl
 from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance, file_digest
-from llava.outputs import atomic_output, guard_outputs, read_jsonl_resumable
+from llava.outputs import guard_outputs
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -81,106 +84,128 @@ def review_prompt(question: Mapping[str, Any], context: Mapping[str, Any], answe
     return "\n\n".join(parts) + "\n\n"
 
 
+#: Fields of the records a review reads, checked (naming file, line and field) before the first judge call.
+QUESTION_FIELDS = {"question_id": QUESTION_ID, "image": str, "text": str, "category": str}
+CONTEXT_FIELDS = {"image": str}
+ANSWER_FIELDS = {"question_id": QUESTION_ID, "text": str}
+#: What a line of a review file must hold to count as a review (others are damaged and set aside).
+REVIEW_FIELDS = {"question_id": QUESTION_ID, "content": str, "tuple": list}
+
+#: ``(review record without the judge's reply, the judge's messages)`` of one question.
+Planned = tuple[dict[str, Any], list[dict[str, str]]]
+
+
+def is_review(record: Mapping[str, Any]) -> bool:
+    """Whether a line of a review file is a whole review (:data:`REVIEW_FIELDS`)."""
+    return has_fields(record, REVIEW_FIELDS)
+
+
 def _by_question(path: str, what: str) -> dict[Any, dict[str, Any]]:
-    return {record["question_id"]: record for record in read_jsonl(path, what=what)}
+    return {record["question_id"]: record for record in read_jsonl(path, what=what, fields=ANSWER_FIELDS)}
 
 
-def reviews_done(output: Path) -> set[Any]:
-    """Question ids already reviewed in ``output``.
+def plan_reviews(args: argparse.Namespace, *, context_fields: Mapping[str, Any] = CONTEXT_FIELDS,
+                 context_of: Callable[[Mapping[str, Any], str], Mapping[str, Any]] = lambda record, where: record,
+                 rule_key: Callable[[str], str] = lambda category: category) -> list[Planned]:
+    """Every question's review record and judge messages, every input checked before the first paid call.
 
-    A damaged line (a write cut short by a kill, a hand edit) moves to ``OUTPUT.rejected`` and its question is
-    asked again; every intact review, before and after it, stays (``llava.outputs.read_jsonl_resumable``).
+    Args:
+        args: ``--question``, ``--context``, ``--rule``, ``--answer-list`` (reference, model).
+        context_fields: Fields every context record must have (its ``image`` names it).
+        context_of: ``(context record, where) -> {"caption": ...}``, the context the judge sees.
+        rule_key: The rule table's key of a question's ``category`` (LLaVA-Bench's ``llava_bench_<category>``).
+
+    Raises:
+        UserError: For a record without a field it needs, a category the rule table lacks, an image without a
+            context, or a question one of the answer files does not answer.
     """
-    records, rejected, damaged = read_jsonl_resumable(output, what="review file")
-    if damaged:
-        logger.warning("%d damaged line(s) of %s moved to %s; those questions are reviewed again", damaged, output, rejected)
-    return {record["question_id"] for record in records if "question_id" in record}
+    questions = read_jsonl(args.question, what="question file", fields=QUESTION_FIELDS)
+    if not questions:
+        raise UserError(f"the question file {args.question!r} holds no questions; point --question at LLaVA-Bench's questions.jsonl")
+    contexts = {record["image"]: record for record in read_jsonl(args.context, what="context file", fields=context_fields)}
+    rules = read_json(args.rule, what="rule table")
+    answers = [(path, _by_question(path, "answers file")) for path in args.answer_list]
+    plan = []
+    for index, question in enumerate(questions):
+        qid, category = question["question_id"], rule_key(question["category"])
+        if category not in rules:
+            raise UserError(f"question {qid!r}: category {category!r} is not in the rule table {args.rule!r} (it has {sorted(rules)})")
+        if question["image"] not in contexts:
+            raise UserError(f"question {qid!r}: image {question['image']!r} has no entry in the context file {args.context!r}")
+        pair = []
+        for path, by_id in answers:
+            if qid not in by_id:
+                raise UserError(f"question {qid!r} has no answer in {path!r}")
+            pair.append(by_id[qid])
+        context = context_of(contexts[question["image"]], f"context of image {question['image']!r}")
+        messages = [{"role": "system", "content": SYSTEM_MESSAGE},
+                    {"role": "user", "content": review_prompt(question, context, pair, rules[category])}]
+        record = {"id": index + 1, "question_id": qid, "answer1_id": pair[0].get("answer_id", qid),
+                  "answer2_id": pair[1].get("answer_id", qid), "category": category}
+        plan.append((record, messages))
+    return plan
 
 
-def write_reviews(output: Path, provenance: Provenance, *, overwrite: bool, review: Callable[[set[Any], IO[str]], None]) -> None:
-    """Run ``review(done, handle)``, which writes one review line per question not in ``done``, into ``output``.
+def write_reviews(output: Path, provenance: Provenance, *, overwrite: bool,
+                  review: Callable[[set[Any], Callable[[Mapping[str, Any]], None]], None]) -> None:
+    """Run ``review(done, write)``, which calls ``write(record)`` once per question not in ``done``, into ``output``.
 
-    Resuming, the reviews are appended (``done`` holds the questions already reviewed; damaged lines are set aside
-    first). With ``overwrite``, ``done`` is empty and the old reviews and their record stay until every new review
-    is written: a failed judge call or a kill leaves the file as it was.
+    Every review is kept the moment it is paid for (:class:`llava.eval.answers.AnswersFile`, one line each, handed
+    to the operating system). Resuming, ``done`` holds the questions already reviewed (damaged lines are set aside
+    first). With ``overwrite``, ``done`` is empty, and the old reviews and their record stay until the first new
+    review replaces them; from then on the file holds the new judge's reviews under its record, so a judge that
+    fails midway leaves every review it gave, and a plain rerun asks only for the rest.
     """
-    if overwrite:
-        with atomic_output(output) as handle:
-            review(set(), handle)
-        provenance.start()
-        return
-    done = reviews_done(output)
-    provenance.resume(has_answers=bool(done))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("a", encoding="utf-8") as handle:
-        review(done, handle)
+    reviews = AnswersFile(output, overwrite=overwrite, accept=is_review, by_prompt=False, what="review file")
+    done = {record["question_id"] for record in reviews.existing}
+    if not overwrite:
+        provenance.check(has_answers=bool(done))
+    with reviews:
+        reviews.begin(on_commit=provenance.start if overwrite else lambda: provenance.resume(has_answers=bool(done)))
+        review(done, reviews.write)
+        reviews.finish()
 
 
 def review_producer(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     """What the reviews depend on: the judge and the exact inputs (a re-generated answers file changes them)."""
     return {
         "endpoint": client.url, "judge_model": client.model, "max_tokens": args.max_tokens, "rule": file_digest(args.rule),
-        "question": file_digest(args.question), "reference": file_digest(args.answer_list[0]), "answers": file_digest(args.answer_list[1]),
+        "question": file_digest(args.question), "context": file_digest(args.context),
+        "reference": file_digest(args.answer_list[0]), "answers": file_digest(args.answer_list[1]),
     }
 
 
-def run_reviews(args: argparse.Namespace, client: JudgeClient) -> list[dict[str, Any]]:
-    """Review every question without a review in ``args.output``; returns the new review records."""
+def run_reviews(args: argparse.Namespace, client: JudgeClient, plan: Callable[[argparse.Namespace], list[Planned]] = plan_reviews
+                ) -> list[dict[str, Any]]:
+    """Review every question without a review in ``args.output``; returns the new review records.
+
+    Args:
+        plan: Reads and checks the inputs (:func:`plan_reviews` with the command's context and rule keys).
+    """
     if len(args.answer_list) != 2:
         raise UserError(f"--answer-list takes two answer files (reference, then model), got {len(args.answer_list)}")
     inputs = {"--question": args.question, "--context": args.context, "--rule": args.rule,
               "--answer-list reference": args.answer_list[0], "--answer-list model": args.answer_list[1]}
     guard_outputs(inputs=inputs, files={"--output": args.output})  # before anything is read or the judge is asked
-    questions = read_jsonl(args.question, what="question file")
-    if not questions:
-        raise UserError(f"the question file {args.question!r} holds no questions; point --question at LLaVA-Bench's questions.jsonl")
-    contexts = {record["image"]: record for record in read_jsonl(args.context, what="context file")}
-    rules = read_json(args.rule, what="rule table")
-    reference, model = (_by_question(path, "answers file") for path in args.answer_list)
+    planned = plan(args)
     output = Path(os.path.expanduser(args.output))
     provenance = Provenance(output, review_producer(args, client), output_flag="--output", what="review")
     written: list[dict[str, Any]] = []
     done: set[Any] = set()
 
-    def review(already: set[Any], handle: IO[str]) -> None:
+    def review(already: set[Any], write: Callable[[Mapping[str, Any]], None]) -> None:
         done.update(already)
-        todo = [(index, question) for index, question in enumerate(questions) if question["question_id"] not in already]
-        _review_all(todo, args, client, (contexts, rules, reference, model), handle, written)
+        for record, messages in planned:
+            if record["question_id"] in already:
+                continue
+            content = client.chat(messages, max_tokens=args.max_tokens, temperature=TEMPERATURE).text
+            reviewed = {**record, "content": content, "tuple": parse_score(content)}
+            write(reviewed)
+            written.append(reviewed)
 
     write_reviews(output, provenance, overwrite=args.overwrite, review=review)
     logger.info("%d new reviews, %d already in %s", len(written), len(done), output)
     return written
-
-
-def _review_all(
-    todo: Sequence[tuple[int, dict[str, Any]]], args: argparse.Namespace, client: JudgeClient,
-    tables: tuple[dict[str, Any], dict[str, Any], dict[Any, Any], dict[Any, Any]], handle: Any, written: list[dict[str, Any]],
-) -> None:
-    """Ask the judge about each ``(index, question)`` and write its review line to ``handle`` (flushed at once)."""
-    contexts, rules, reference, model = tables
-    for index, question in todo:
-        qid = question["question_id"]
-        category = "llava_bench_" + question["category"]
-        if category not in rules:
-            raise UserError(f"question {qid!r}: category {category!r} is not in the rule table {args.rule!r} (it has {sorted(rules)})")
-        if question["image"] not in contexts:
-            raise UserError(f"question {qid!r}: image {question['image']!r} has no entry in the context file {args.context!r}")
-        pair = []
-        for answers, path in ((reference, args.answer_list[0]), (model, args.answer_list[1])):
-            if qid not in answers:
-                raise UserError(f"question {qid!r} has no answer in {path!r}")
-            pair.append(answers[qid])
-        messages = [{"role": "system", "content": SYSTEM_MESSAGE},
-                    {"role": "user", "content": review_prompt(question, contexts[question["image"]], pair, rules[category])}]
-        content = client.chat(messages, max_tokens=args.max_tokens, temperature=TEMPERATURE).text
-        record = {
-            "id": index + 1, "question_id": qid,
-            "answer1_id": pair[0].get("answer_id", qid), "answer2_id": pair[1].get("answer_id", qid),
-            "category": category, "content": content, "tuple": parse_score(content),
-        }
-        handle.write(json.dumps(record) + "\n")
-        handle.flush()
-        written.append(record)
 
 
 def review_parser(prog: str, description: str, rule_file: Path) -> argparse.ArgumentParser:
@@ -204,14 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
     return review_parser("python -m llava.eval.eval_gpt_review_bench", __doc__.split("\n\n")[0], RULE_FILE)
 
 
+def plan_bench(args: argparse.Namespace) -> list[Planned]:
+    """LLaVA-Bench's plan: the context is the record's ``caption`` lines, the rule key ``llava_bench_<category>``."""
+    return plan_reviews(args, rule_key=lambda category: "llava_bench_" + category)
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
     setup_logging()
+    if args.max_tokens < 1:
+        raise UserError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     client = judge_from_env(args.judge_model, DEFAULT_JUDGE, max_retries=args.max_retries, timeout=args.judge_timeout)
-    return run_reviews(args, client)
+    return run_reviews(args, client, plan_bench)
 
 
-__all__ = ["JudgeClient", "build_parser", "main", "parse_score", "review_parser", "review_prompt", "run_reviews"]
+__all__ = ["JudgeClient", "build_parser", "is_review", "main", "parse_score", "plan_bench", "plan_reviews", "review_parser",
+           "review_prompt", "run_reviews", "write_reviews"]
 
 
 if __name__ == "__main__":

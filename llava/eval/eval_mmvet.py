@@ -26,7 +26,9 @@ input) before the first judge call.
 Outputs, in ``RESULT_PATH`` with the official names:
 
 - ``MODEL_JUDGE-grade-Nruns.json``: ``{id: {"model": [...], "content": [...], "score": [...]}}``, one entry per run;
-  rewritten after every grade, so a rerun resumes (more runs are added to the same questions); a damaged entry
+  rewritten after every grade, so a rerun resumes (more runs are added to the same questions). Grades paid for
+  under another ``--num_run`` (``...-grade-Kruns.json`` with the same record) are reused, up to N per question, so
+  ``--num_run 2`` after ``--num_run 1`` asks only for the second run (that file is left as it is); a damaged entry
   moves to ``...runs.json.rejected`` (named in the log) and is graded again, every intact one stays. A sidecar
   ``.meta.json`` records the judge, the prompt and the predictions; resuming after any of them changed is
   refused until ``--overwrite``.
@@ -42,12 +44,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import hashlib
 import io
 import json
 import logging
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -267,6 +271,39 @@ def _read_grades(grade_file: Path) -> dict[str, dict[str, list[Any]]]:
     return grades
 
 
+def _intact_grades(grade_file: Path) -> dict[str, dict[str, list[Any]]]:
+    """The usable entries of another run count's grade file, read without changing it (unreadable: none)."""
+    try:
+        grades = read_json(grade_file, what="MM-Vet grade file")
+    except (OSError, ValueError):
+        return {}
+    return {qid: entry for qid, entry in grades.items() if _usable_grade_entry(entry)} if isinstance(grades, dict) else {}
+
+
+def reuse_other_runs(out: "OutputFiles", producer: Mapping[str, Any], grades: dict[str, dict[str, list[Any]]],
+                     num_run: int) -> int:
+    """Add to ``grades`` the grades of the same questions paid for under another ``--num_run`` (the grade files
+    ``MODEL_JUDGE-grade-Kruns.json`` beside ``out.grades`` whose record names the same judge, prompt and
+    predictions), at most ``num_run`` per question; returns how many were added. Those files are only read."""
+    stem = out.grades.name.rsplit("-grade-", 1)[0]
+    added = 0
+    for other in sorted(out.grades.parent.glob(glob.escape(stem) + "-grade-*runs.json")):
+        if other == out.grades or not re.fullmatch(r"\d+", other.name[len(stem) + len("-grade-"):-len("runs.json")]):
+            continue
+        try:
+            Provenance(other, producer, what="grade").check(has_answers=True)
+        except UserError:
+            continue  # graded by another judge, prompt or predictions: not this run's grades
+        for qid, entry in _intact_grades(other).items():
+            mine = grades.get(qid, {"model": [], "content": [], "score": []})
+            if len(entry["score"]) > len(mine["score"]):
+                grades[qid] = {key: list(entry[key][:num_run]) for key in ("model", "content", "score")}
+                added += len(grades[qid]["score"]) - len(mine["score"])
+        if added:
+            logger.info("reusing %d grade(s) already paid for in %s", added, other)
+    return added
+
+
 @dataclass(frozen=True)
 class OutputFiles:
     """Where one grading writes, with the official evaluator's names."""
@@ -328,6 +365,8 @@ def grade_all(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     provenance = Provenance(out.grades, producer, output_flag="--result_path or --model", what="grade")
     if not args.overwrite:
         provenance.resume(has_answers=bool(grades))
+        if reuse_other_runs(out, provenance.producer, grades, args.num_run):
+            write_json(out.grades, grades, indent=4)  # kept under this run count's name before any call
     # --overwrite: the old grades and their record stay until the first new grade replaces them, so a judge that
     # fails at once leaves no new record next to old grades (a resume would take those for this run's)
     asked = _grade_missing(client, prompt, questions, predictions, grades, args.num_run, out.grades,

@@ -74,14 +74,28 @@ def _jsonl_objects(path: PathLike, what: str, unreadable: list[int] | None = Non
         yield number, record
 
 
-def read_jsonl(path: PathLike, *, what: str = "JSONL file") -> list[dict[str, Any]]:
+def read_jsonl(path: PathLike, *, what: str = "JSONL file", fields: Mapping[str, type | tuple[type, ...]] | None = None
+               ) -> list[dict[str, Any]]:
     """Read a JSONL file of objects; blank lines are skipped.
+
+    Args:
+        path: The file.
+        what: What it is, for messages (``"question file"``).
+        fields: When given, every record must have these fields with these types (:func:`check_fields`): the one
+            schema check of the records a command reads (questions, contexts, answers), done before any of them
+            is used.
 
     Raises:
         FileNotFoundError: If the file is missing.
-        ValueError: On a line that is not a JSON object, naming the file and line number.
+        ValueError: On a line that is not a JSON object, or (``fields``) lacks a field or has the wrong type, naming
+            the file, the line and the field.
     """
-    return [record for _, record in _jsonl_objects(path, what)]
+    records = []
+    for number, record in _jsonl_objects(path, what):
+        if fields:
+            check_fields(record, fields, f"{what} {_describe(path)} line {number}")
+        records.append(record)
+    return records
 
 
 def read_jsonl_lenient(path: PathLike, *, what: str = "answers file") -> tuple[list[dict[str, Any]], int]:
@@ -224,6 +238,32 @@ def check_fields(record: Mapping[str, Any], fields: Mapping[str, type | tuple[ty
             shown = repr(record[key])
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
             raise UserError(f"{where}: {key!r} must be {_type_words(types)}, got {shown} ({type(record[key]).__name__})")
+
+
+def has_fields(record: Mapping[str, Any], fields: Mapping[str, type | tuple[type, ...]]) -> bool:
+    """Whether :func:`check_fields` accepts ``record`` (e.g. whether a line of an output file is a whole record)."""
+    try:
+        check_fields(record, fields, "record")
+    except UserError:
+        return False
+    return True
+
+
+#: The fields naming a record's picture or clip: a question gives at most one (training refuses the same).
+VISUAL_FIELDS = ("image", "video")
+
+
+def check_one_visual(record: Mapping[str, Any], where: str) -> None:
+    """Refuse a record that names both an image and a video (a loader would silently use one and drop the other).
+
+    Raises:
+        UserError: ``"<where> (question_id 'q0') has both 'image' and 'video'; give one of them"``.
+    """
+    given = [key for key in VISUAL_FIELDS if record.get(key) is not None]
+    if len(given) > 1:
+        qid = record.get("question_id")
+        named = f" (question_id {qid!r})" if qid is not None else ""
+        raise UserError(f"{where}{named} has both {given[0]!r} and {given[1]!r}; give one of them")
 
 
 def ordinal(number: int) -> str:
@@ -384,6 +424,8 @@ __all__ = [
     "answer_identity",
     "atomic_output",
     "check_fields",
+    "check_one_visual",
+    "has_fields",
     "check_outputs",
     "check_records",
     "describe_identity",

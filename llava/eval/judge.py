@@ -3,13 +3,16 @@
 The endpoint comes from the environment, so the same commands run against OpenAI, Azure-style proxies or a
 local server (vLLM, llama.cpp, a test double on 127.0.0.1):
 
-- ``OPENAI_API_KEY``: sent as a Bearer token; required when the endpoint is OpenAI's own.
-- ``OPENAI_BASE_URL``: the endpoint root (default ``https://api.openai.com/v1``); ``/chat/completions`` is
-  appended.
+- ``OPENAI_API_KEY``: sent as a Bearer token; required when the endpoint is OpenAI's own. A key holding a control
+  character (a carriage return from a Windows ``.env`` file), a space or a non-ASCII character is refused before
+  the first call; messages never show a key (:mod:`llava.endpoints`).
+- ``OPENAI_BASE_URL``: the endpoint root (default ``https://api.openai.com/v1``); ``/chat/completions`` is added
+  to its path and a query (Azure's ``?api-version=...``) is kept.
 - ``LLAVA_JUDGE_MODEL``: the judge model, unless the command names one.
 
 Rate limits (HTTP 429), server errors, dropped connections and calls that miss their deadline are retried with
-growing pauses; any other refusal (a bad key, an unknown model) stops at once with one sentence. Calls go through
+growing pauses; any other refusal (a bad key, an unknown model) and a request that cannot be built stop at once
+with one sentence. Calls go through
 :mod:`llava.net`: each has a total deadline (``timeout`` seconds, however slowly the endpoint sends), a reply larger
 than ``max_reply_bytes`` is refused, and a redirect to another origin is never followed (the key stays with the
 endpoint; set ``OPENAI_BASE_URL`` to the final address instead). Neither is retried nor recorded as a grade.
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llava import net
+from llava.endpoints import api_endpoint
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -59,28 +63,27 @@ class JudgeClient:
         timeout: Seconds one call may take in all, connection and whole reply included.
         max_reply_bytes: Largest reply accepted; a larger one stops the run.
         sleep: How to wait between attempts (default :func:`time.sleep`, looked up at call time).
+        key_name: Where ``api_key`` came from, for messages (never the key itself).
+
+    Raises:
+        UserError: For a malformed base URL or key (:func:`llava.endpoints.api_endpoint`), before any call.
     """
 
     def __init__(self, base_url: str, api_key: str | None, model: str, *, max_retries: int = 6,
                  pause: float = 1.0, timeout: float = DEFAULT_TIMEOUT, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 sleep: Callable[[float], None] | None = None, key_name: str = KEY_ENV) -> None:
         if max_retries < 0:
             raise UserError(f"--max-retries must be at least 0, got {max_retries}")
         if not timeout > 0:
             raise UserError(f"--judge-timeout must be a positive number of seconds, got {timeout!r}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        try:
-            net.origin_of(self.url)
-        except net.NetError as error:
-            raise UserError(f"{BASE_URL_ENV}: {error}; set it to the endpoint root, e.g. {DEFAULT_BASE_URL}") from None
-        self.api_key, self.model = api_key, model
+        self.endpoint = api_endpoint(base_url, "/chat/completions", api_key, base_name=BASE_URL_ENV, key_name=key_name)
+        self.url, self.model = self.endpoint.url, model
         self.max_retries, self.pause, self.timeout, self._sleep = max_retries, pause, timeout, sleep
         self.max_reply_bytes = max_reply_bytes
 
     def _post(self, messages: Sequence[Mapping[str, str]], max_tokens: int, temperature: float) -> net.Response:
         body = {"model": self.model, "messages": list(messages), "temperature": temperature, "max_tokens": max_tokens}
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return net.request("POST", self.url, json=body, headers=headers, deadline=self.timeout,
+        return net.request("POST", self.url, json=body, headers=self.endpoint.headers(), deadline=self.timeout,
                            max_bytes=self.max_reply_bytes)
 
     def chat(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int, temperature: float) -> JudgeReply:
@@ -94,6 +97,8 @@ class JudgeClient:
         for attempt in range(self.max_retries + 1):
             try:
                 response = self._post(messages, max_tokens, temperature)
+            except net.RequestInvalid:
+                raise  # a malformed URL or header: every try would fail alike
             except (net.RedirectRefused, net.ResponseTooLarge) as error:
                 raise UserError(f"the judge at {self.url} cannot be used: {error}; nothing was recorded") from None
             except net.NetError as error:  # missed deadline, refused or dropped connection: worth another try
@@ -132,14 +137,15 @@ def judge_from_env(judge_model: str | None, default_model: str, *, max_retries: 
     ``api_key`` is used only when ``OPENAI_API_KEY`` is not set.
 
     Raises:
-        UserError: When the endpoint is OpenAI's own and no key is set.
+        UserError: When the endpoint is OpenAI's own and no key is set, or the URL or key is malformed.
     """
     base_url = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    key_name = KEY_ENV if os.environ.get(KEY_ENV) else "--openai_api_key"
     api_key = os.environ.get(KEY_ENV) or api_key or None
     if api_key is None and base_url == DEFAULT_BASE_URL:
         raise UserError(f"set {KEY_ENV} to the judge's API key (and {BASE_URL_ENV} for another OpenAI-compatible endpoint)")
     model = judge_model or os.environ.get(MODEL_ENV) or default_model
-    return JudgeClient(base_url, api_key, model, max_retries=max_retries, timeout=timeout)
+    return JudgeClient(base_url, api_key, model, max_retries=max_retries, timeout=timeout, key_name=key_name)
 
 
 __all__ = [

@@ -8,7 +8,8 @@ Usage (``model_vqa``'s flags, plus the frame sampling)::
         --answers-file ./playground/data/eval/video/answers/ov.jsonl \
         --conv-mode qwen_1_5 --temperature 0 --frames-upbound 16 [--force-sample] [--batch-size 4] [--skip-missing]
 
-Question line: ``{"question_id", "video" (relative to --video-folder), "text", ...}``. The video is decoded with
+Question line: ``{"question_id", "video" (relative to --video-folder), "text", ...}`` (a line that also names an
+``"image"`` is refused before the model loads, as training refuses it). The video is decoded with
 PyAV (the ``video`` extra) and its frames sampled by LLaVA-NeXT's rule (:func:`llava.video.sample_frame_indices`:
 one frame per second, at most ``--frames-upbound``; ``--force-sample`` always takes ``--frames-upbound`` evenly
 spread frames); the prompt carries one ``<image>`` marker for the whole video, as NeXT trains it. The answer
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from llava.eval.core import EvalItem, LoaderSpec, RunResult, args_with_defaults, get_chunk, run_loader, run_parsed, split_list
-from llava.eval.files import require_keys
+from llava.eval.files import QUESTION_ID
 from llava.utils import UserError, cli_main
 from llava.video import SampledVideo, check_frame_flags, import_av, load_video
 
@@ -70,9 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="frames per second kept before the --frames-upbound cap (NeXT's video_fps)")
 
 
+#: The fields of a question line, checked (with the core's rule of one image or one video) before the model loads.
+FIELDS = {"question_id": QUESTION_ID, "video": object, "text": str}
+
+
 def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalItem]:
-    """One item: the question text with its one video."""
-    require_keys(record, ("question_id", "video", "text"), f"question {record.get('question_id')!r}")
+    """One item: the question text with its one video (the record's :data:`FIELDS` are already checked)."""
     if not isinstance(record["video"], str) or not record["video"]:
         raise UserError(
             f"question {record['question_id']!r}: 'video' must be one video file's path (relative to --video-folder), "
@@ -99,7 +103,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 SPEC = LoaderSpec(
-    name="model_vqa_video", description=__doc__.split("\n\n")[0], build_items=build_items, max_new_tokens=1024,
+    name="model_vqa_video", description=__doc__.split("\n\n")[0], build_items=build_items, fields=FIELDS, max_new_tokens=1024,
     add_arguments=add_arguments,
 )
 

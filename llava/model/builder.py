@@ -26,7 +26,6 @@ import importlib.util
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,19 +35,19 @@ from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAUL
 from llava.devices import default_dtype
 from llava.utils import UserError
 
-from .checkpoint_layout import NON_LORA_FILES, PROJECTOR_FILES, checkpoint_kind, find_file
+from .checkpoint_layout import ADAPTER_FILE, NON_LORA_FILES, PROJECTOR_FILES, checkpoint_kind, find_file, read_config_file
 from .checks import (
     check_generation_config,
-    check_llava_config,
     check_loaded_weights,
     check_model_path,
     check_tokenizer_files,
     check_weight_files,
     reading_config,
 )
+from .config_changes import ConfigChanges
 from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
 from .tokenizer_loading import load_tokenizer
-from .weights_io import load_projector_weights, load_weights_file, projector_state_dict
+from .weights_io import load_projector_weights, load_weights_file, projector_state_dict, strip_lora_prefixes
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +85,12 @@ def load_pretrained_model(
             ``torch.dtype``; ``None`` keeps the default below (NeXT's own default is float16 everywhere).
         attn_implementation: LLaVA-NeXT's keyword, passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``,
             ``"flash_attention_2"``); ``None`` lets transformers choose (NeXT's own default is flash attention).
-        customized_config: LLaVA-NeXT's keyword: a config object, or a ``config.json`` path / directory, read in
-            place of ``model_path``'s config.
+        customized_config: LLaVA-NeXT's keyword: a config object, a ``dict``, or a ``config.json`` path / directory,
+            read in place of ``model_path``'s config.
         overwrite_config: LLaVA-NeXT's keyword: ``{key: value}`` set on the config before the model is built
-            (e.g. ``{"image_aspect_ratio": "pad"}``, ``{"mm_spatial_pool_stride": 2}``).
+            (e.g. ``{"image_aspect_ratio": "pad"}``, ``{"mm_spatial_pool_stride": 2}``). Both are checked at load
+            (:mod:`llava.model.config_changes`): a missing path, a value of the wrong type, or a change of a key the
+            weights were saved with (``hidden_size``, ...) is one sentence.
         multimodal: LLaVA-NeXT's keyword: load ``model_path`` as a LLaVA checkpoint even when its ``config.json``
             has no LLaVA keys (e.g. they come from ``customized_config`` / ``overwrite_config``); the folder's files
             still choose between full, stage-1 and LoRA.
@@ -124,7 +125,7 @@ def load_pretrained_model(
         load_kwargs["attn_implementation"] = "flash_attention_2"
     if attn_implementation is not None:
         load_kwargs["attn_implementation"] = attn_implementation
-    changes = ConfigChanges(customized_config, dict(overwrite_config or {}))
+    changes = ConfigChanges.checked(customized_config, overwrite_config)
 
     kind = checkpoint_kind(model_path, model_base, model_name, multimodal=multimodal)
     check_generation_config(model_path if kind == "llava_full" or not model_base else model_base)
@@ -198,15 +199,6 @@ def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return load_tokenizer(path, use_fast=False)
 
 
-@dataclass(frozen=True)
-class ConfigChanges:
-    """LLaVA-NeXT's ``customized_config`` (a config object or a path read instead of the checkpoint's) and
-    ``overwrite_config`` (``{key: value}`` set on it), applied before the model is built."""
-
-    customized: Any = None
-    overwrite: dict[str, Any] = field(default_factory=dict)
-
-
 def dtype_from_name(value: Any) -> torch.dtype | str:
     """A ``torch.dtype`` for ``torch_dtype`` given as a dtype or a name (``"float16"``, ``"bf16"``...); ``"auto"`` stays.
 
@@ -225,20 +217,13 @@ def dtype_from_name(value: Any) -> torch.dtype | str:
 
 def _llava_config(model_path: str, changes: ConfigChanges | None = None) -> tuple[LanguageModelEntry, Any]:
     """The registry entry chosen by ``model_path``'s ``model_type`` and its config, read by that entry's class
-    (from ``changes.customized`` when given, then ``changes.overwrite`` applied)."""
+    (from ``changes.customized`` when given, then ``changes.overwrite`` applied; all checked:
+    :meth:`ConfigChanges.config`)."""
     entry = language_model_for_checkpoint(model_path)
-    customized = changes.customized if changes is not None else None
-    source = os.fspath(customized) if isinstance(customized, (str, os.PathLike)) else model_path
-    if customized is None or isinstance(customized, (str, os.PathLike)):
-        with reading_config(source):
-            config = entry.config_class.from_pretrained(source)
-    else:
-        config = customized
-    for key, value in (changes.overwrite if changes is not None else {}).items():
+    changes = changes if changes is not None else ConfigChanges()
+    for key, value in changes.overwrite.items():
         logger.info("overwriting config %s = %r", key, value)
-        setattr(config, key, value)
-    check_llava_config(model_path, config)
-    return entry, config
+    return entry, changes.config(entry.config_class, model_path)
 
 
 def _check_base(entry: LanguageModelEntry, model_path: str, model_base: str) -> None:
@@ -321,12 +306,13 @@ def _load_llava_lora(
 
     entry, config = _llava_config(model_path, changes)
     _check_base(entry, model_path, model_base)
-    tokenizer = _load_tokenizer(model_base)
-    model = entry.causal_lm_class.from_pretrained(model_base, config=config, **load_kwargs)
+    _check_adapter(model_path)
     trainables_file = find_file(model_path, NON_LORA_FILES)
     if trainables_file is None:
         raise ValueError(f"{model_path!r} has no {' or '.join(NON_LORA_FILES)}, which a LLaVA LoRA checkpoint needs")
-    trainables = _strip_lora_prefixes(load_weights_file(trainables_file))
+    trainables = strip_lora_prefixes(load_weights_file(trainables_file))
+    tokenizer = _load_tokenizer(model_base)
+    model = entry.causal_lm_class.from_pretrained(model_base, config=config, **load_kwargs)
     projector = projector_state_dict(trainables)
     load_projector_weights(model.get_model().mm_projector, projector, repr(trainables_file))
     rest = {key: value for key, value in trainables.items() if "mm_projector." not in key}
@@ -340,12 +326,14 @@ def _load_llava_lora(
     return tokenizer, model
 
 
-def _strip_lora_prefixes(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``base_model.model.model.x`` → ``model.x`` (PEFT wraps the model twice)."""
-    weights = {key.removeprefix("base_model."): value for key, value in weights.items()}
-    if any(key.startswith("model.model.") for key in weights):
-        weights = {key.removeprefix("model."): value for key, value in weights.items()}
-    return weights
+def _check_adapter(model_path: str) -> None:
+    """A PEFT adapter folder's files, before the base loads and before PEFT reads them with its own ``json`` and
+    ``torch.load``: ``adapter_config.json`` is a JSON object, and every weights file passes the one weights reader
+    (a truncated or hostile ``adapter_model.bin`` is one sentence and runs no code)."""
+    config = os.path.join(model_path, ADAPTER_FILE)
+    if os.path.isfile(config):
+        read_config_file(config, ADAPTER_FILE)
+    check_weight_files(model_path)
 
 
 def _load_language_model(
@@ -353,6 +341,7 @@ def _load_language_model(
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
     if model_base is not None:
         _require("peft", "merging an adapter into a base model")
+        _check_adapter(model_path)
     weights_path = model_path if model_base is None else model_base
     # The config is read before the tokenizer (which reads it too), so that a bad value is named.
     with reading_config(weights_path):

@@ -83,7 +83,7 @@ def read_config_file(path: str | os.PathLike[str], what: str = CONFIG_FILE) -> d
         raise UserError(f"{os.fspath(path)} is not a text file, so not a valid {what}; restore it from the original checkpoint") from None
     except json.JSONDecodeError as error:
         raise UserError(
-            f"{os.fspath(path)} is not valid JSON ({error}); restore {what} from the original checkpoint"
+            f"{os.fspath(path)} is not valid JSON ({error}); restore it from the original checkpoint"
         ) from None
     if not isinstance(data, dict):
         raise UserError(f"{os.fspath(path)} holds a JSON {type(data).__name__}, but {what} must be a JSON object")

@@ -53,6 +53,8 @@ LLAVA_KEY_TYPES: dict[str, tuple[type, ...]] = {
 }
 _JSON_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", float: "a number", bool: "a boolean", dict: "an object"}
 GENERATION_CONFIG_FILE = "generation_config.json"
+#: A PEFT adapter's weights, as PEFT looks for them (safetensors first).
+ADAPTER_SAFETENSORS, ADAPTER_BIN = "adapter_model.safetensors", "adapter_model.bin"
 
 
 def _looks_like_a_path(name: str) -> bool:
@@ -79,11 +81,19 @@ def read_boolean(key: str, value: Any) -> bool:
     return parsed
 
 
-def check_llava_config(model_path: str, config: Any) -> None:
-    """Require ``mm_vision_tower``, normalise LLaVA's boolean keys in place and check the merge (see the module docstring)."""
+def check_llava_config(model_path: str, config: Any, *, where: str | None = None) -> None:
+    """Require ``mm_vision_tower``, normalise LLaVA's boolean keys in place and check the merge (see the module docstring).
+
+    Args:
+        model_path: The checkpoint.
+        config: Its config object.
+        where: Where the config came from, for messages (default ``<model_path>/config.json``; LLaVA-NeXT's
+            ``customized_config`` / ``overwrite_config`` name themselves).
+    """
+    where = where or f"{model_path}/config.json"
     if not getattr(config, "mm_vision_tower", None) and not getattr(config, "vision_tower", None):
         raise UserError(
-            f"{model_path}/config.json has no 'mm_vision_tower' (the vision tower's hub id or folder), which every "
+            f"{where} has no 'mm_vision_tower' (the vision tower's hub id or folder), which every "
             "LLaVA checkpoint needs; add it, e.g. \"mm_vision_tower\": \"openai/clip-vit-large-patch14-336\""
         )
     for key in BOOLEAN_KEYS:
@@ -92,8 +102,8 @@ def check_llava_config(model_path: str, config: Any) -> None:
             try:
                 setattr(config, key, read_boolean(key, value))
             except UserError:
-                raise UserError(f"{model_path}/config.json: {key} must be a boolean ({BOOLEAN_WORDS}), got {value!r}") from None
-    check_patch_merge(config, f"{model_path}/config.json")
+                raise UserError(f"{where}: {key} must be a boolean ({BOOLEAN_WORDS}), got {value!r}") from None
+    check_patch_merge(config, where)
 
 
 def _json_type(value: Any) -> str:
@@ -108,18 +118,19 @@ def check_llava_key_types(config_file: str, config: dict[str, Any]) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, types):
             wanted = " or ".join(_JSON_TYPE_NAMES[kind] for kind in types)
-            raise UserError(f"{config_file}: key {key!r} must be {wanted}, got {_json_type(value)} {value!r}; fix config.json")
+            raise UserError(f"{config_file}: key {key!r} must be {wanted}, got {_json_type(value)} {value!r}; fix it")
 
 
 _FIELD = re.compile(r"field '([^']+)'")
 
 
 @contextlib.contextmanager
-def reading_config(model_path: str) -> Iterator[None]:
+def reading_config(model_path: str, *, where: str | None = None) -> Iterator[None]:
     """Turn a value that a transformers config class refuses into one sentence naming the file and the key.
 
     transformers 5 configs are strict dataclasses: ``"hidden_size": "64"`` raises a
-    ``StrictDataclassFieldValidationError`` whose text is a two-line report; the key is in it.
+    ``StrictDataclassFieldValidationError`` whose text is a two-line report; the key is in it. ``where`` names the
+    config in messages (default ``<model_path>/config.json``).
     """
     from huggingface_hub.errors import StrictDataclassError
 
@@ -129,7 +140,7 @@ def reading_config(model_path: str) -> Iterator[None]:
         match = _FIELD.search(str(error))
         cause = error.__cause__ or error
         key = f"key {match.group(1)!r}" if match else "a value"
-        raise UserError(f"{model_path}/config.json: {key} is not accepted ({cause}); fix config.json") from None
+        raise UserError(f"{where or model_path + '/config.json'}: {key} is not accepted ({cause}); fix it") from None
 
 
 def check_generation_config(model_path: str | None) -> None:
@@ -219,7 +230,9 @@ def check_weight_files(model_path: str) -> None:
     """Open every weights file of a local folder cheaply and raise on a broken one: the header of each
     ``*.safetensors``, and, when the folder has no safetensors weights (transformers would then read the
     ``pytorch_model*.bin`` shards), each shard as :func:`~llava.model.weights_io.load_weights_file` reads it
-    (``weights_only=True``, tensors mapped, not read), so a truncated or hostile shard is one sentence."""
+    (``weights_only=True``, tensors mapped, not read), so a truncated or hostile shard is one sentence. The same
+    holds for a LoRA adapter's ``adapter_model.bin`` when there is no ``adapter_model.safetensors`` (PEFT would
+    read it with its own ``torch.load``)."""
     if not os.path.isdir(model_path):
         return
     from safetensors import safe_open
@@ -233,10 +246,12 @@ def check_weight_files(model_path: str) -> None:
                     pass
             except Exception as error:  # SafetensorError, OSError: any failure means the file is unusable
                 raise weights_file_error(path, error) from None
-    if any(name.startswith("model") and name.endswith(".safetensors") for name in names):
-        return
     from .weights_io import load_weights_file
 
+    if ADAPTER_BIN in names and ADAPTER_SAFETENSORS not in names:
+        load_weights_file(os.path.join(model_path, ADAPTER_BIN), mmap=True)
+    if any(name.startswith("model") and name.endswith(".safetensors") for name in names):
+        return
     for name in names:
         if name.startswith("pytorch_model") and name.endswith(".bin"):
             load_weights_file(os.path.join(model_path, name), mmap=True)

@@ -10,6 +10,10 @@ lmms-eval 0.7.3) hit this on every LLaVA-1.5 checkpoint.
 :func:`load_tokenizer` loads as transformers does; only when sentencepiece's schema cannot be imported does it
 hand transformers a schema that can (transformers' own copy, generated without a runtime-version check), for
 the duration of the call. When no schema imports at all, the error says in one sentence what to install.
+
+Before any of that, every JSON tokenizer file of a local folder (:data:`TOKENIZER_JSON_FILES`) is read with the
+project's one config-file check (:func:`llava.model.checkpoint_layout.read_config_file`), so a damaged one is one
+sentence naming the file, not a parser's traceback that names none.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from transformers import AutoTokenizer
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
+
+#: The JSON files transformers reads from a tokenizer folder (each a JSON object).
+TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                        "vocab.json", "chat_template.json")
 
 #: Schemas of the sentencepiece model file, in the order they are tried.
 SCHEMA_MODULES = (
@@ -88,6 +96,22 @@ def _needs_schema(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "tokenizer.model")) and not os.path.isfile(os.path.join(path, "tokenizer.json"))
 
 
+def check_tokenizer_json(path: str) -> None:
+    """Read each of :data:`TOKENIZER_JSON_FILES` a local folder holds.
+
+    Raises:
+        UserError: Naming the file that is not UTF-8 text or not a JSON object, and where it breaks.
+    """
+    from .checkpoint_layout import read_config_file
+
+    if not os.path.isdir(path):
+        return
+    for name in TOKENIZER_JSON_FILES:
+        file = os.path.join(path, name)
+        if os.path.isfile(file):
+            read_config_file(file, f"tokenizer file {name}")
+
+
 def load_tokenizer(path: str, *, schema_candidates: tuple[str, ...] = SCHEMA_MODULES, **kwargs: Any) -> Any:
     """``AutoTokenizer.from_pretrained(path, **kwargs)``, working under any protobuf version (module docstring).
 
@@ -97,8 +121,10 @@ def load_tokenizer(path: str, *, schema_candidates: tuple[str, ...] = SCHEMA_MOD
         **kwargs: Passed to ``from_pretrained`` (``use_fast``, ``model_max_length``, ``padding_side``, ...).
 
     Raises:
-        UserError: If ``path`` needs a sentencepiece schema and none imports under the installed protobuf.
+        UserError: If a tokenizer file is damaged (:func:`check_tokenizer_json`), or ``path`` needs a sentencepiece
+            schema and none imports under the installed protobuf.
     """
+    check_tokenizer_json(path)
     if not _needs_schema(path) or _import(schema_candidates[0]) is not None:
         return AutoTokenizer.from_pretrained(path, **kwargs)
     schema = compatible_schema(schema_candidates[1:])
@@ -112,4 +138,5 @@ def load_tokenizer(path: str, *, schema_candidates: tuple[str, ...] = SCHEMA_MOD
         return AutoTokenizer.from_pretrained(path, **kwargs)
 
 
-__all__ = ["SCHEMA_MODULES", "compatible_schema", "load_tokenizer", "sentencepiece_schema"]
+__all__ = ["SCHEMA_MODULES", "TOKENIZER_JSON_FILES", "check_tokenizer_json", "compatible_schema", "load_tokenizer",
+           "sentencepiece_schema"]

@@ -69,12 +69,12 @@ class VideoLayout:
         return self.newline_position != "one_token" or "unpad" in self.merge
 
 
-def video_layout(config: Any, grid: tuple[int, int], newline: torch.Tensor | None) -> VideoLayout:
-    """Read and check the video keys of ``config`` (NeXT's model-side defaults for absent ones).
+def check_video_keys(config: Any) -> tuple[str, int, str]:
+    """``(pool mode, pool stride, newline position)`` of ``config``, checked (NeXT's defaults for absent keys);
+    the loader calls it when a model loads, so a bad value is named before the first video.
 
     Raises:
-        ValueError: For an unknown pool mode or newline position, a stride that is not an integer, or a newline
-            position that needs ``image_newline`` on a model without one.
+        ValueError: For an unknown pool mode or newline position, or a stride that is not an integer.
     """
     mode = getattr(config, "mm_spatial_pool_mode", None) or DEFAULT_POOL_MODE
     if mode not in POOL_MODES:
@@ -86,6 +86,17 @@ def video_layout(config: Any, grid: tuple[int, int], newline: torch.Tensor | Non
     position = getattr(config, "mm_newline_position", None) or DEFAULT_NEWLINE_POSITION
     if position not in NEWLINE_POSITIONS:
         raise ValueError(f"unknown mm_newline_position {position!r}; expected one of {', '.join(NEWLINE_POSITIONS)}")
+    return mode, stride, position
+
+
+def video_layout(config: Any, grid: tuple[int, int], newline: torch.Tensor | None) -> VideoLayout:
+    """Read and check the video keys of ``config`` (:func:`check_video_keys`).
+
+    Raises:
+        ValueError: For a key :func:`check_video_keys` refuses, or a newline position that needs
+            ``image_newline`` on a model without one.
+    """
+    mode, stride, position = check_video_keys(config)
     merge = getattr(config, "mm_patch_merge_type", None) or "flat"
     layout = VideoLayout(mode, stride, position, merge, (int(grid[0]), int(grid[1])), newline)
     if layout.adds_newlines and newline is None:
@@ -286,6 +297,6 @@ def features_with_videos(
 __all__ = [
     "DEFAULT_NEWLINE_POSITION", "DEFAULT_POOL_MODE", "DEFAULT_POOL_STRIDE", "MODALITIES", "NEWLINE_POSITIONS",
     "POOL_MODES", "VideoLayout", "check_modalities", "features_with_videos", "next_argument_order", "prompts_per_frame", "keeps_grid",
-    "pool_frames", "pooled_grid", "video_layout",
+    "check_video_keys", "pool_frames", "pooled_grid", "video_layout",
     "video_positions", "video_token_count", "video_tokens",
 ]

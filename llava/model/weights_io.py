@@ -72,6 +72,15 @@ def projector_state_dict(weights: Mapping[str, torch.Tensor]) -> dict[str, torch
     return {name.split(marker, 1)[1]: value for name, value in weights.items() if marker in name}
 
 
+def strip_lora_prefixes(weights: Mapping[str, Any]) -> dict[str, Any]:
+    """``base_model.model.model.x`` → ``model.x``: the names of a LoRA run's ``non_lora_trainables`` (PEFT wraps
+    the model twice) as a full checkpoint has them."""
+    weights = {key.removeprefix("base_model."): value for key, value in weights.items()}
+    if any(key.startswith("model.model.") for key in weights):
+        weights = {key.removeprefix("model."): value for key, value in weights.items()}
+    return weights
+
+
 def load_projector_weights(projector: nn.Module, weights: Mapping[str, torch.Tensor], source: str) -> None:
     """Strictly load projector-relative ``weights`` (see :func:`projector_state_dict`) into ``projector``.
 
@@ -104,4 +113,5 @@ def non_persistent_buffers(module: nn.Module) -> Iterator[str]:
 
 __all__ = [
     "PROJECTOR_KEY", "load_projector_weights", "load_weights_file", "non_persistent_buffers", "projector_state_dict",
+    "strip_lora_prefixes",
 ]

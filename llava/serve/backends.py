@@ -12,13 +12,13 @@ The backends offer the same three calls, so ``chat_ui`` has one code path:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llava import net
+from llava.endpoints import join_url
 
 from .protocol import (
     CHUNK_DELIMITER,
@@ -72,10 +72,11 @@ class ControllerBackend:
         Raises:
             net.NetError, ValueError: If the controller cannot be reached or does not answer with JSON.
         """
-        response = net.request("POST", self.controller_url + path, json=payload, headers=HEADERS,
+        url = join_url(self.controller_url, path, "--controller-url")
+        response = net.request("POST", url, json=payload, headers=HEADERS,
                                deadline=self.call_timeout, max_bytes=1024 * 1024, max_redirects=0)
         if response.status != 200:
-            raise ValueError(f"HTTP {response.status} from {self.controller_url + path}")
+            raise ValueError(f"HTTP {response.status} from {url}")
         return response.json()
 
     def list_models(self) -> list[str]:
@@ -150,7 +151,7 @@ def _refusal_or_pieces(response: net.Stream) -> Iterator[bytes]:
         return
     body = response.read(64 * 1024)
     try:
-        data = json.loads(body)
+        data = net.parse_json(body)
     except ValueError:
         data = None
     if isinstance(data, dict) and "text" in data and "error_code" in data:

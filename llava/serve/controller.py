@@ -1,7 +1,7 @@
 """The controller: keeps track of model workers and tells clients where to send requests.
 
     python -m llava.serve.controller [--host 127.0.0.1] [--port 21001] [--dispatch-method shortest_queue|lottery]
-        [--heartbeat-expiration 30] [--allowed-worker-hosts HOST ...] [--stream-timeout 600]
+        [--heartbeat-expiration 30] [--allowed-worker-hosts HOST ...] [--max-workers 128] [--stream-timeout 600]
         [--limit-concurrency 256] [--timeout-keep-alive 5] [--body-timeout 60] [--max-request-mb 32]
 
 Upstream's endpoints (all POST, JSON): ``/register_worker`` {worker_name, check_heart_beat, worker_status?},
@@ -9,7 +9,10 @@ Upstream's endpoints (all POST, JSON): ``/register_worker`` {worker_name, check_
 when none), ``/receive_heart_beat`` {worker_name, queue_length} -> {exist}, ``/worker_generate_stream`` (passed
 on to a worker; see :mod:`llava.serve.protocol`) and ``/worker_get_status`` (the sum over all workers).
 A worker that registered with ``check_heart_beat`` and has been silent for ``--heartbeat-expiration``
-seconds is dropped.
+seconds is dropped; one that registered without heartbeats is asked for its status again after that long and
+dropped when it does not answer. One worker is one entry, whatever spelling of its address it registers with
+(:func:`~llava.serve.admission.worker_identity`: a new spelling replaces the old one), and at most
+``--max-workers`` workers are listed (a registration beyond that is refused with HTTP 503 in one sentence).
 
 Admission (see :mod:`llava.serve.admission`): a worker address must be a bare origin on the allow-list
 (loopback, plus ``--allowed-worker-hosts``), and the controller lists it only after fetching a well-formed
@@ -28,7 +31,6 @@ if __name__ == "__main__" and not __package__:  # started as a file: run as ``py
     run_as_module(__file__)
 
 import argparse
-import json
 import logging
 import random
 import threading
@@ -46,7 +48,7 @@ from llava import net
 from llava.constants import CONTROLLER_HEART_BEAT_EXPIRATION
 from llava.utils import UserError, cli_main, setup_logging
 
-from .admission import AllowedHosts, WorkerRefused, parse_status, worker_origin
+from .admission import AllowedHosts, WorkerRefused, parse_status, worker_identity, worker_origin
 from .flags import (
     add_bind_flags,
     add_flag,
@@ -71,6 +73,8 @@ from .webapi import DEFAULT_MAX_REQUEST_BYTES, bad_request, read_body, uvicorn_s
 logger = logging.getLogger(__name__)
 
 DISPATCH_METHODS = ("shortest_queue", "lottery")
+#: Default of ``--max-workers``: workers one controller lists at most.
+DEFAULT_MAX_WORKERS = 128
 
 
 @dataclass
@@ -93,6 +97,7 @@ class Controller:
         status_timeout: Seconds, in all, for a worker's ``/worker_get_status``.
         stream_timeout: Seconds, in all, for one answer relayed from a worker.
         max_chunk_bytes: Largest chunk of a relayed answer (a chunk carries the prompt and the answer so far).
+        max_workers: Workers listed at most; a registration beyond that is refused (HTTP 503).
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class Controller:
         status_timeout: float = 5.0,
         stream_timeout: float = 600.0,
         max_chunk_bytes: int = DEFAULT_MAX_REQUEST_BYTES + 1024 * 1024,
+        max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
         if dispatch_method not in DISPATCH_METHODS:
             raise ValueError(
@@ -111,6 +117,8 @@ class Controller:
             )
         if not heartbeat_expiration > 0:
             raise ValueError(f"heartbeat_expiration must be positive, got {heartbeat_expiration!r}")
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be a positive integer, got {max_workers!r} (--max-workers)")
         if not status_timeout > 0 or not stream_timeout > 0:
             raise ValueError(f"timeouts must be positive, got {status_timeout!r} and {stream_timeout!r} (--stream-timeout)")
         self.dispatch_method = dispatch_method
@@ -119,6 +127,7 @@ class Controller:
         self.status_timeout = status_timeout
         self.stream_timeout = stream_timeout
         self.max_chunk_bytes = max_chunk_bytes
+        self.max_workers = max_workers
         self._workers: dict[str, WorkerInfo] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -130,14 +139,18 @@ class Controller:
         """Add or update a worker once it answers ``/worker_get_status`` itself; False if it does not.
 
         ``worker_status`` (upstream's self-declared status) is accepted for compatibility and ignored: only a
-        status fetched from the worker is used.
+        status fetched from the worker is used. An address that is another spelling of a listed worker's
+        (:func:`worker_identity`) replaces that entry.
 
         Raises:
-            WorkerRefused: For an address that is not a bare origin on the allow-list (nothing is sent to it).
+            WorkerRefused: For an address that is not a bare origin on the allow-list (400/403; nothing is sent to
+                it), or a new worker when ``max_workers`` are listed (503).
         """
         name = worker_origin(worker_name, self.allowed_hosts)
         if worker_status is not None:
             logger.debug("ignoring the status %s sent with its own registration; asking it", name)
+        with self._lock:
+            self._check_room(name)
         status = self.get_worker_status(name)
         if status is None:
             return False
@@ -146,10 +159,28 @@ class Controller:
             check_heart_beat=bool(check_heart_beat), last_heart_beat=time.monotonic(),
         )
         with self._lock:
-            known = name in self._workers
+            self._check_room(name)
+            listed = self._listed_as(name)
+            if listed is not None and listed != name:
+                del self._workers[listed]
+                logger.info("worker %s is %s under another spelling (same address and port); replaced", name, listed)
             self._workers[name] = info
-        logger.info("%s worker %s serving %s", "updated" if known else "registered", name, info.model_names)
+        logger.info("%s worker %s serving %s", "updated" if listed else "registered", name, info.model_names)
         return True
+
+    def _listed_as(self, name: str) -> str | None:
+        """The name under which the worker at ``name`` is listed (another spelling of it, or itself), else None;
+        called under the lock."""
+        identity = worker_identity(name)
+        return next((listed for listed in self._workers if worker_identity(listed) == identity), None)
+
+    def _check_room(self, name: str) -> None:
+        """Refuse a worker not yet listed when ``max_workers`` are (called under the lock)."""
+        if len(self._workers) >= self.max_workers and self._listed_as(name) is None:
+            raise WorkerRefused(
+                f"the controller already lists {len(self._workers)} workers, as many as it accepts (--max-workers "
+                f"{self.max_workers}); stop one, or start the controller with a larger --max-workers", 503,
+            )
 
     def get_worker_status(self, worker_name: str) -> dict[str, Any] | None:
         """The worker's ``/worker_get_status`` answer, checked (:func:`parse_status`), or ``None``."""
@@ -187,7 +218,8 @@ class Controller:
         except WorkerRefused:
             return False
         with self._lock:
-            info = self._workers.get(name)
+            listed = self._listed_as(name)
+            info = self._workers.get(listed) if listed is not None else None
             if info is None:
                 return False
             info.queue_length = max(int(queue_length), 0)
@@ -207,6 +239,28 @@ class Controller:
         for name in expired:
             logger.info("worker %s missed its heartbeats; removed", name)
         return expired
+
+    def recheck_silent_workers(self) -> list[str]:
+        """Ask each worker registered without heartbeats, and not heard from for longer than the expiration, for its
+        status again: update it when it answers, drop it when not; returns the names dropped."""
+        deadline = time.monotonic() - self.heartbeat_expiration
+        dropped = []
+        for name, info in self.workers().items():
+            if info.check_heart_beat or info.last_heart_beat >= deadline:
+                continue
+            status = self.get_worker_status(name)
+            with self._lock:
+                if self._workers.get(name) is not info:
+                    continue  # replaced or removed meanwhile
+                if status is None:
+                    del self._workers[name]
+                    dropped.append(name)
+                    continue
+                info.model_names, info.speed = status["model_names"], status["speed"]
+                info.queue_length, info.last_heart_beat = status["queue_length"], time.monotonic()
+        for name in dropped:
+            logger.info("worker %s (registered without heartbeats) no longer answers; removed", name)
+        return dropped
 
     def list_models(self) -> list[str]:
         self.remove_expired_workers()
@@ -240,6 +294,7 @@ class Controller:
         def sweep() -> None:
             while not self._stop.wait(period):
                 self.remove_expired_workers()
+                self.recheck_silent_workers()
 
         self._sweeper = threading.Thread(target=sweep, name="controller-sweeper", daemon=True)
         self._sweeper.start()
@@ -326,7 +381,7 @@ class Relay:
 def _refusal_chunk(stream: net.Stream) -> StreamChunk:
     """A worker's non-200 answer as one error chunk: its own ``{"text", "error_code"}`` or ``{"error"}``."""
     try:
-        data = json.loads(stream.read(64 * 1024))
+        data = net.parse_json(stream.read(64 * 1024))
     except (net.NetError, ValueError):
         data = None
     if isinstance(data, dict) and isinstance(data.get("text"), str) and isinstance(data.get("error_code"), int):
@@ -422,10 +477,22 @@ def build_parser() -> argparse.ArgumentParser:
              help="seconds of silence before a worker is dropped")
     add_flag(parser, "--allowed-worker-hosts", "--allow-worker", nargs="+", action="extend", default=[], metavar="HOST",
              help="hosts (names, IP addresses, CIDR networks, or *) workers may register from besides loopback")
+    add_flag(parser, "--max-workers", type=int, default=DEFAULT_MAX_WORKERS,
+             help="workers listed at most; a registration beyond that is refused (default %(default)s)")
     add_flag(parser, "--stream-timeout", type=float, default=600.0, help="seconds one relayed answer may take in all")
     add_request_limit_flags(parser)
     add_server_limit_flags(parser)
     return parser
+
+
+def allowed_hosts(entries: Sequence[str]) -> AllowedHosts:
+    """``--allowed-worker-hosts`` parsed; an allow-list that admits every address (``*``, ``0.0.0.0/0``, ``::/0``)
+    is warned about, whichever way it is spelled."""
+    allowed = AllowedHosts.parse(entries)
+    if allowed.match_all:
+        logger.warning("--allowed-worker-hosts %s admits every address: any host that can reach this controller can "
+                       "register a worker (link-local and metadata addresses only when named)", " ".join(entries))
+    return allowed
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -439,12 +506,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.stream_timeout > 0:
         raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
     check_bind(args.host, args.port)
-    allowed = AllowedHosts.parse(args.allowed_worker_hosts)
-    if allowed.any_host:
-        logger.warning("--allowed-worker-hosts '*': any host that can reach this controller can register a worker")
+    if args.max_workers < 1:
+        raise UserError(f"--max-workers must be a positive integer, got {args.max_workers}")
+    allowed = allowed_hosts(args.allowed_worker_hosts)
     controller = Controller(
         args.dispatch_method, args.heartbeat_expiration, allowed_hosts=allowed, stream_timeout=args.stream_timeout,
-        max_chunk_bytes=max_request_bytes + 1024 * 1024,
+        max_chunk_bytes=max_request_bytes + 1024 * 1024, max_workers=args.max_workers,
     )
     logger.info("workers admitted from %s", allowed.describe())
     controller.start()

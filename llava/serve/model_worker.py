@@ -46,9 +46,10 @@ from starlette.concurrency import iterate_in_threadpool
 
 from llava import net
 from llava.constants import WORKER_HEART_BEAT_INTERVAL
+from llava.endpoints import join_url
 from llava.utils import UserError, cli_main, setup_logging
 
-from .admission import AllowedHosts, WorkerRefused, worker_origin
+from .admission import WorkerRefused, worker_origin
 from .flags import (
     add_bind_flags,
     add_flag,
@@ -145,7 +146,8 @@ class ModelWorker:
         return self.engine.status(self.gate.queue_length)
 
     def _call_controller(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        response = net.request("POST", self.controller_address + path, json=payload, deadline=CONTROLLER_TIMEOUT,
+        url = join_url(self.controller_address, path, "--controller-address")
+        response = net.request("POST", url, json=payload, deadline=CONTROLLER_TIMEOUT,
                                max_bytes=64 * 1024, max_redirects=0)
         data = response.json()
         if not isinstance(data, dict):
@@ -285,7 +287,7 @@ def _check_addresses(controller_address: str, worker_address: str) -> None:
     except net.NetError as error:
         raise UserError(f"--controller-address: {error}; give e.g. http://localhost:21001") from None
     try:
-        worker_origin(worker_address, AllowedHosts(("*",)))
+        worker_origin(worker_address, None)
     except WorkerRefused as error:
         raise UserError(f"--worker-address: {error}") from None
 

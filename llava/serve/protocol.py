@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from llava.net import parse_json
+
 OK = 0
 WORKER_ERROR = 1
 NO_WORKER = 2
@@ -76,9 +78,9 @@ def decode_chunks(pieces: Iterable[bytes]) -> Iterator[StreamChunk]:
         if not piece:
             continue
         try:
-            data: Any = json.loads(piece.decode("utf-8"))
+            data: Any = parse_json(piece, "a stream chunk")
             yield StreamChunk(text=str(data["text"]), error_code=int(data["error_code"]))
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):
             raise ValueError(f"malformed stream chunk from the worker: {piece[:200]!r}") from None
 
 

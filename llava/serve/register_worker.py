@@ -21,6 +21,7 @@ import argparse
 from collections.abc import Sequence
 
 from llava import net
+from llava.endpoints import join_url
 from llava.utils import UserError, cli_main
 
 from .flags import add_flag
@@ -36,7 +37,7 @@ def register_worker(controller_address: str, worker_name: str, check_heart_beat:
     Raises:
         UserError: If the controller cannot be reached, or refuses the address (naming why).
     """
-    url = controller_address.rstrip("/") + "/register_worker"
+    url = join_url(controller_address, "/register_worker", "--controller-address")
     payload = {"worker_name": worker_name, "check_heart_beat": check_heart_beat}
     try:
         response = net.request("POST", url, json=payload, deadline=TIMEOUT, max_bytes=64 * 1024, max_redirects=0)

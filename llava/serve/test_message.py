@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from llava import net
 from llava.conversation import SeparatorStyle, default_conversation
+from llava.endpoints import join_url
 from llava.utils import UserError, cli_main
 
 from .flags import add_flag
@@ -33,10 +34,11 @@ CALL_TIMEOUT, STREAM_TIMEOUT = 30.0, 600.0
 
 
 def _ask(base: str, path: str, payload: dict | None = None) -> dict:
-    response = net.request("POST", base + path, json=payload, deadline=CALL_TIMEOUT, max_bytes=1024 * 1024, max_redirects=0)
+    url = join_url(base, path, "--controller-address")
+    response = net.request("POST", url, json=payload, deadline=CALL_TIMEOUT, max_bytes=1024 * 1024, max_redirects=0)
     data = response.json()
     if response.status != 200 or not isinstance(data, dict):
-        raise ValueError(f"HTTP {response.status} from {base + path}")
+        raise ValueError(f"HTTP {response.status} from {url}")
     return data
 
 

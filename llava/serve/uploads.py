@@ -11,12 +11,13 @@ removes them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from llava.net import parse_json
 
 from .images import ImageLimits, ImageRejected, check_image_file
 from .protocol import sentence
@@ -89,7 +90,7 @@ class ImageUploadsOnly:
         if start is None or start["status"] != 200:
             return None
         try:
-            paths = json.loads(b"".join(m.get("body", b"") for m in held if m["type"] == "http.response.body"))
+            paths = parse_json(b"".join(m.get("body", b"") for m in held if m["type"] == "http.response.body"))
         except ValueError:
             return None
         if not isinstance(paths, list):

@@ -24,6 +24,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
+from llava.net import parse_json
+
 logger = logging.getLogger(__name__)
 
 ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
@@ -86,9 +88,9 @@ async def read_body(
         data: Any = {}
     else:
         try:
-            data = json.loads(raw)
-        except ValueError:
-            return bad_request("the request body is not valid JSON")
+            data = parse_json(raw, "the request body")
+        except ValueError as error:  # malformed, or nested too deeply for Python's parser
+            return bad_request(str(error))
     if not isinstance(data, dict):
         return bad_request(f"the request body must be a JSON object, got {type(data).__name__}")
     missing = [key for key in required if key not in data]

@@ -99,6 +99,24 @@ def parse_sampling(text: Any, where: str) -> Sampling:
     return Sampling(kind, value, percent)
 
 
+def check_data_file(path: str, label: str = "--data_path") -> None:
+    """The one check of a training data file, for a plain ``--data_path``, a file list's names and a mixture's
+    ``json_path`` entries alike.
+
+    Args:
+        path: The file as given.
+        label: What names it in messages (``"--data_path"``, ``"mix.yaml: dataset 1: json_path"``).
+
+    Raises:
+        UserError: For a folder, or a path that does not exist (a relative one names the working directory).
+    """
+    if os.path.isdir(path):
+        raise UserError(f"{label} {path!r} is a folder, not a JSON file; pass the training file (a JSON list or .jsonl) inside it")
+    if not os.path.isfile(path):
+        shown = f" (relative paths are read from the working directory, {os.getcwd()!r})" if not os.path.isabs(path) else ""
+        raise UserError(f"{label} {path!r} does not exist{shown}")
+
+
 def file_list(data_path: str) -> list[str] | None:
     """The files of NeXT's ``<prefix>{a,b,c}.json`` shorthand, or ``None`` when ``data_path`` is not one."""
     match = _FILE_LIST.match(data_path)
@@ -117,8 +135,7 @@ def is_mixture(data_path: str) -> bool:
 def _read_yaml(path: str) -> Any:
     import yaml
 
-    if not os.path.isfile(path):
-        raise UserError(f"--data_path {path!r} does not exist")
+    check_data_file(path)
     try:
         with open(path, encoding="utf-8") as handle:
             return yaml.safe_load(handle)
@@ -150,9 +167,7 @@ def mixture_entries(path: str) -> list[tuple[str, Sampling]]:
         json_path = entry["json_path"]
         if not json_path.endswith((".json", ".jsonl")):
             raise UserError(f"{where}: json_path {json_path!r} must be a .json or .jsonl file")
-        if not os.path.isfile(json_path):
-            shown = f" (relative paths are read from the working directory, {os.getcwd()!r})" if not os.path.isabs(json_path) else ""
-            raise UserError(f"{where}: json_path {json_path!r} does not exist{shown}")
+        check_data_file(json_path, f"{where}: json_path")
         entries.append((json_path, parse_sampling(entry.get("sampling_strategy", "all"), where)))
     return entries
 
@@ -200,6 +215,7 @@ def source_files(data_path: str) -> list[str]:
 __all__ = [
     "SAMPLING_STRATEGIES",
     "Sampling",
+    "check_data_file",
     "file_list",
     "is_mixture",
     "mixture_entries",

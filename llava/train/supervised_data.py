@@ -37,7 +37,7 @@ from llava.model.compressor_text import question_ids
 from llava.utils import UserError
 from llava.video import SampledVideo, VideoUnreadable, import_av, load_video
 
-from .data_mixture import read_data_path
+from .data_mixture import check_data_file, read_data_path
 from .preprocess import GPT, HUMAN, Turn, preprocess, preprocess_multimodal, render
 from .video_settings import VideoSettings, time_instruction, with_time_instruction
 
@@ -65,10 +65,7 @@ def read_records(path: str | os.PathLike[str]) -> list[Any]:
         ValueError: If the file is missing, is not valid JSON (naming the line), or is not a list.
     """
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise UserError(f"--data_path {path!r} is a folder; pass the training file (a JSON list or .jsonl) inside it")
-    if not os.path.isfile(path):
-        raise ValueError(f"--data_path {path!r} does not exist")
+    check_data_file(path)
     try:
         with open(path, encoding="utf-8") as handle:
             if path.endswith(".jsonl"):

@@ -173,3 +173,67 @@ def test_sqa_outputs_get_the_umask(tmp_path, umask_022):
     path = _script("convert_sqa_to_llava").main(["convert_to_jsonl", "--base-dir", str(tmp_path), "--split", "train"])
     assert stat.S_IMODE(Path(path).stat().st_mode) == 0o644 and len(Path(path).read_text().splitlines()) == 2
 
+
+
+# ---------------------------------------------------------------------------------------------- LoRA folders (2026-11-26)
+
+
+@pytest.fixture(scope="module")
+def lora_folder(tmp_path_factory, tiny_projector_checkpoint, tiny_base_llm) -> Path:
+    """A LoRA stage-2 folder as upstream's trainer writes it: the stage-1 config, a PEFT adapter
+    (``adapter_config.json`` + ``adapter_model.safetensors``) and ``non_lora_trainables.bin`` holding the projector
+    under PEFT's names."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path_factory.mktemp("lora") / "llava-lora"
+    shutil.copytree(tiny_projector_checkpoint(), folder)
+    projector = torch.load(folder / "mm_projector.bin", weights_only=True)
+    (folder / "mm_projector.bin").unlink()
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_base_llm),
+                           LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    model.save_pretrained(folder)
+    torch.save({f"base_model.model.{key}": value for key, value in projector.items()}, folder / "non_lora_trainables.bin")
+    return folder
+
+
+def test_x03_the_projector_of_a_lora_folder_is_extracted_from_non_lora_trainables(lora_folder, tmp_path, capsys):
+    # Before: "has no mm_projector weights (is it a LLaVA checkpoint?)": only the adapter's safetensors were read.
+    from llava.model.weights_io import load_weights_file, projector_state_dict
+
+    code, err = _run(_script("extract_mm_projector").main, ["--model-path", str(lora_folder), "--output", str(tmp_path / "p.bin")], capsys)
+    assert code == 0, err
+    extracted = torch.load(tmp_path / "p.bin", weights_only=True)
+    stored = load_weights_file(lora_folder / "non_lora_trainables.bin")
+    assert sorted(extracted) == sorted(key.removeprefix("base_model.model.") for key in stored)  # model.mm_projector.*
+    assert all(torch.equal(extracted[key.removeprefix("base_model.model.")], value) for key, value in stored.items())
+    assert projector_state_dict(extracted).keys() == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    without = tmp_path / "no-trainables"
+    shutil.copytree(lora_folder, without)
+    (without / "non_lora_trainables.bin").unlink()
+    code, err = _run(_script("extract_mm_projector").main, ["--model-path", str(without), "--output", str(tmp_path / "q.bin")], capsys)
+    assert code == 2 and "is a LoRA checkpoint without non_lora_trainables.safetensors or non_lora_trainables.bin" in err
+    assert "merge it first with scripts/merge_lora_weights.py" in err and not (tmp_path / "q.bin").exists()
+
+
+def test_old_m07_a_hostile_adapter_bin_is_refused_by_the_weights_reader(lora_folder, tiny_base_llm, tmp_path, capsys):
+    # Before: PEFT's own torch.load refused it with torch's traceback (and its advice to retry with weights_only=False).
+    from safetensors.torch import load_file as load_safetensors
+
+    lora = tmp_path / "lora"
+    shutil.copytree(lora_folder, lora)
+    (lora / "adapter_model.safetensors").unlink()
+    marker = tmp_path / "PWNED"
+    torch.save({"weights": _Hostile(marker), **load_safetensors(lora_folder / "adapter_model.safetensors")}, lora / "adapter_model.bin")
+    code, err = _run(_script("merge_lora_weights").main, ["--model-path", str(lora), "--model-base", str(tiny_base_llm),
+                                                          "--save-model-path", str(tmp_path / "out")], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and not marker.exists() and not (tmp_path / "out").exists()
+    assert f"weights file '{lora / 'adapter_model.bin'}' " in err and "weights_only=False" not in err
+    (lora / "adapter_model.bin").write_bytes((lora_folder / "adapter_config.json").read_bytes()[:10])  # not a weights file
+    code, err = _run(_script("merge_lora_weights").main, ["--model-path", str(lora), "--model-base", str(tiny_base_llm),
+                                                          "--save-model-path", str(tmp_path / "out")], capsys)
+    assert code == 2 and "is not a readable weights file" in err
+    (lora / "adapter_config.json").write_text('{"r": 2,')
+    code, err = _run(_script("merge_lora_weights").main, ["--model-path", str(lora), "--model-base", str(tiny_base_llm),
+                                                          "--save-model-path", str(tmp_path / "out")], capsys)
+    assert code == 2 and "adapter_config.json is not valid JSON" in err

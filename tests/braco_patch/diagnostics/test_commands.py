@@ -122,3 +122,19 @@ def test_bad_inputs_get_one_clear_sentence(tiny_tower, image_folder, tmp_path, c
     assert "vision tower path" in line and "does not exist" in line
     line = _error(capsys, diagnose, ["probe", "--vision-tower", str(tiny_tower), "--images", str(image_folder)] + base)
     assert "a probe needs at least 2 classes, found 1" in line  # the one sub-folder, synthetic/, is one class
+
+
+def test_c03_the_record_holds_the_settings_used_and_the_log_says_so(tiny_tower, image_folder, labelled_folder, tmp_path, caplog):
+    # Before: `--n 100` on a folder of fewer images ran on all of them and calibration.json recorded "n": 100.
+    count = sum(1 for path in image_folder.rglob("*") if path.is_file())
+    with caplog.at_level("WARNING"):
+        calibrate_module.main(["--vision-tower", str(tiny_tower), "--images", str(image_folder), "--out", str(tmp_path / "c"),
+                               "--n", "1000", "--resamples", "2", "--cutoffs", "2", "--no-progress"])
+    report = json.loads((tmp_path / "c" / "calibration.json").read_text())
+    assert (report["n"], report["n_requested"], report["images_per_resample"]) == (count, 1000, [count, count])
+    assert f"--n 1000 but only {count} images under" in caplog.text and f"using {count} (recorded as such)" in caplog.text
+    # The same rule for the probe's channel projection: more channels than the tower has keeps them all.
+    braco_cli.main(["diagnose", "probe", "--vision-tower", str(tiny_tower), "--images", str(labelled_folder), "--out",
+                    str(tmp_path / "p"), "--budgets", "1", "--bases", "dct", "--probe-dim", "100000", "--no-progress"])
+    probe = json.loads((tmp_path / "p" / "probe.json").read_text())
+    assert probe["probe_dim"] == probe["dim"] < 100000

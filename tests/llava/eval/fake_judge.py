@@ -29,6 +29,7 @@ class FakeJudge:
         self.respond = respond
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []  # the path (and query) of every request
         self.failures: list[int] = []  # HTTP codes to answer with before the next success
         self.redirect_to: str | None = None
         self.padding = 0
@@ -39,6 +40,7 @@ class FakeJudge:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.headers.append(dict(self.headers))
+                outer.paths.append(self.path)
                 if outer.failures:
                     self.send_response(outer.failures.pop(0))
                     self.end_headers()

@@ -92,7 +92,7 @@ def test_r02_a_damaged_review_line_keeps_every_intact_review(tmp_path: Path, mon
     kept = [json.loads(line)["question_id"] for line in output.read_text().splitlines()]
     assert kept == [0, 2, 3, 4]  # 4 paid reviews stay; before, only the one before the damage did
     assert Path(str(output) + ".rejected").read_text() == damaged + "\n"
-    assert "1 damaged line(s) of" in caplog.text and "m.jsonl.rejected" in caplog.text
+    assert "1 damaged line(s) set aside in" in caplog.text and "m.jsonl.rejected" in caplog.text
 
 
 def test_r02_a_damaged_mmvet_grade_is_set_aside_and_graded_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

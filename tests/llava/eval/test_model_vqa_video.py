@@ -139,3 +139,17 @@ def test_a_video_given_as_an_image_points_at_video_file(tmp_path) -> None:
         run_llava.main([*common, f"{tmp_path / 'missing.png'},{clip}", "--query", "What happens?"])
     with pytest.raises(UserError, match=message):
         cli.main([*common, str(clip)])
+
+
+@pytest.mark.parametrize("loader", ["model_vqa_video", "model_vqa"])
+def test_v09_a_question_with_both_an_image_and_a_video_is_refused_before_loading(tmp_path, loader) -> None:
+    # Before: model_vqa_video answered from the video and ignored the image without a word (training refuses it).
+    from llava.eval import model_vqa
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": "q0", "image": "0.png", "video": "clip0.mp4", "text": "What happens?"}) + "\n")
+    argv = ["--model-path", str(tmp_path / "nothing"), "--question-file", str(questions), "--answers-file", str(tmp_path / "a.jsonl")]
+    module = model_vqa_video if loader == "model_vqa_video" else model_vqa
+    with pytest.raises(UserError, match=r"q.jsonl', 1st question \(question_id 'q0'\) has both 'image' and 'video'; give one of them$"):
+        module.main(argv)
+    assert not (tmp_path / "a.jsonl").exists()

@@ -234,3 +234,21 @@ def test_bin_shard_checkpoint_loads_and_broken_shards_are_one_sentence(tiny_llav
     with pytest.raises(UserError, match=r"pytorch_model\.bin' holds pickled Python objects that are not tensors"):
         load(path)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("name, content, reason", [
+    ("tokenizer.json", '{"version": "1.0", "added_tokens": [{"id": 0', r"is not valid JSON \(Expecting .*\); restore it from the "
+                                                                      "original checkpoint$"),
+    ("tokenizer_config.json", "[1]", r"holds a JSON list, but tokenizer file tokenizer_config\.json must be a JSON object$"),
+    ("special_tokens_map.json", "\udcff", r"is not a text file, so not a valid tokenizer file special_tokens_map\.json"),
+])
+def test_old_i10_a_damaged_tokenizer_file_is_named(tiny_llava_checkpoint, tmp_path, name, content, reason):
+    # Before: json.decoder.JSONDecodeError from inside transformers, naming no file.
+    from llava.model.tokenizer_loading import load_tokenizer
+
+    path = _copy(tiny_llava_checkpoint("mlp2x_gelu"), tmp_path / "llava-badtok")
+    (path / name).write_bytes(content.encode("utf-8", "surrogateescape"))
+    with pytest.raises(UserError, match=rf"^{path / name} {reason}"):
+        load(path)
+    with pytest.raises(UserError, match=rf"^{path / name} {reason}"):  # the one door every tokenizer load goes through
+        load_tokenizer(str(path))

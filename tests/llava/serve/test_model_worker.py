@@ -124,3 +124,15 @@ def test_controller_caps_bodies_too() -> None:
     client = TestClient(controller_module.create_app(ctrl, max_request_bytes=100))
     answer = client.post("/register_worker", content=b'{"worker_name": "' + b"w" * 200 + b'"}')
     assert answer.status_code == 413
+
+
+def test_old_k05_a_body_nested_too_deeply_is_a_400_on_every_server(braco_engine) -> None:
+    # Before: json's RecursionError passed the ValueError handler: HTTP 500 and a traceback in the worker's log.
+    deep = b"[" * 200_000 + b"]" * 200_000
+    worker = _worker_client(braco_engine, max_request_bytes=1024 * 1024)
+    controller = TestClient(controller_module.create_app(controller_module.Controller(), max_request_bytes=1024 * 1024))
+    for client, path in ((worker, "/worker_generate_stream"), (worker, "/worker_get_compressor_view"),
+                         (controller, "/register_worker"), (controller, "/worker_generate_stream")):
+        answer = client.post(path, content=deep, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 400, path
+        assert answer.json() == {"error": "the request body is not valid JSON (nested too deeply)"}, path

@@ -61,7 +61,7 @@ def test_a_binary_data_file_is_one_sentence(tmp_path: Path, name: str):
 
 
 def test_a_folder_as_data_path_says_it_is_a_folder(tmp_path: Path):
-    with pytest.raises(UserError, match=r"is a folder; pass the training file"):
+    with pytest.raises(UserError, match=r"is a folder, not a JSON file; pass the training file"):
         read_records(tmp_path)
 
 

@@ -165,3 +165,19 @@ def test_resume_is_refused_when_a_mixture_file_changed(tmp_path, tiny_base_llm, 
     data.write_text(json.dumps([text_record(i) for i in range(5)]))  # the YAML itself is unchanged
     with pytest.raises(UserError, match=r"was trained with other settings \(data_sources differs\)"):
         train(argv=argv)
+
+
+@pytest.mark.parametrize("how", ["mixture", "data_path", "file list"])
+def test_t04_a_folder_named_like_a_json_file_is_named_as_a_folder_everywhere(files, how) -> None:
+    # Before: a mixture's json_path folder was reported as "does not exist" (its own check, not --data_path's).
+    folder = files["root"] / "img.json"
+    folder.mkdir()
+    if how == "mixture":
+        data_path, label = str(_mixture(files["root"], (folder, None))), "dataset 1: json_path"
+    elif how == "data_path":
+        data_path, label = str(folder), "--data_path"
+    else:
+        data_path, label = str(files["root"] / "{a,img}.json"), "--data_path"
+    with pytest.raises(UserError, match=rf"{label} '{folder}' is a folder, not a JSON file; pass the training file") as error:
+        read_data_path(data_path, read_records)
+    assert "\n" not in str(error.value)
