@@ -86,15 +86,13 @@ def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalIt
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """The frame flags and the decoder, before any question or model is read.
+    """The frame flags (:func:`llava.video.check_frame_flags`) and the decoder, before any question or model is read.
 
     Raises:
-        UserError: For a negative ``--frames-upbound``, ``--force-sample`` without a positive one, a ``--video-fps``
-            that is not > 0, or PyAV missing.
+        UserError: For a ``--frames-upbound`` out of range, ``--force-sample`` without a positive one, a
+            ``--video-fps`` that is not a finite number in range, or PyAV missing.
     """
-    check_frame_flags(args.frames_upbound, args.force_sample)
-    if not args.video_fps > 0:
-        raise UserError(f"--video-fps must be > 0, got {args.video_fps}")
+    check_frame_flags(args.frames_upbound, args.force_sample, args.video_fps)
     import_av()
 
 

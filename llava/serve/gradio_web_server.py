@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from llava import net
 from llava.utils import UserError, cli_main, setup_logging
 
-from .flags import add_flag, add_page_flags, check_bind, server_limits
+from .flags import SECONDS, add_flag, add_page_flags, check_bind, server_limits
 
 logger = logging.getLogger(__name__)
 DESCRIPTION = __doc__.splitlines()[0]
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flag(parser, "--controller-url", "--controller", type=str, default="http://localhost:21001")
     add_flag(parser, "--model-list-mode", choices=("once", "reload"), default="once")
     add_flag(parser, "--moderate", action="store_true", help="accepted for compatibility; no moderation is done")
-    add_flag(parser, "--stream-timeout", type=float, default=600.0, help="seconds one streamed answer may take in all")
+    add_flag(parser, "--stream-timeout", type=SECONDS, default=600.0, help="seconds one streamed answer may take in all")
     return parser
 
 
@@ -61,8 +61,6 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
         net.origin_of(args.controller_url)
     except net.NetError as error:
         raise UserError(f"--controller-url: {error}; give e.g. http://localhost:21001") from None
-    if not args.stream_timeout > 0:
-        raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
     check_bind(args.host, args.port)
     backend = ControllerBackend(args.controller_url, stream_timeout=args.stream_timeout)
     models = backend.list_models()

@@ -85,9 +85,15 @@ def test_answers_skips_and_resumes(checkpoint, video_set, tmp_path) -> None:
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--frames-upbound", "-1"], "--frames-upbound must be >= 0"),
+        (["--frames-upbound", "-1"], "--frames-upbound must be an integer from 0 to 4096"),
         (["--frames-upbound", "0", "--force-sample"], "--force-sample takes --frames-upbound"),
-        (["--video-fps", "0"], "--video-fps must be > 0"),
+        (["--video-fps", "0"], "--video-fps must be a finite number from 0.001 to 1000"),
+        # V04: values that pass "> 0" but overflow where they are used, refused before anything loads
+        (["--video-fps", "1e-320", "--frames-upbound", "0"], r"--video-fps must be a finite number from 0.001 to 1000 "
+                                                             r"\(frames kept per second\), got 1e-320"),
+        (["--video-fps", "inf"], "--video-fps must be a finite number"),
+        (["--video-fps", "nan"], "--video-fps must be a finite number"),
+        (["--frames-upbound", "1000000000", "--force-sample"], "--frames-upbound must be an integer from 0 to 4096"),
     ],
 )
 def test_bad_frame_flags_are_refused_first(tmp_path, flags, message) -> None:

@@ -42,6 +42,6 @@ def test_engine_video_requests(braco_engine, clip: Path) -> None:
     both = list(braco_engine.generate_stream({"prompt": "<image> hi", "videos": [video], "images": [video]}))
     assert both[-1].error_code != 0 and "either images or one video" in both[-1].text
     broken = list(braco_engine.generate_stream({"prompt": "<image> hi", "videos": [base64.b64encode(b"nope" * 40).decode()]}))
-    assert broken[-1].error_code != 0 and "uploaded video" in broken[-1].text
+    assert broken[-1].error_code != 0 and "neither an image nor a video this server can read" in broken[-1].text
     view = braco_engine.compressor_view({"videos": [video]})
     assert view["available"] and view["frames"] == 16 and view["video_tokens"] == 144
