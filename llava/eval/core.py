@@ -60,6 +60,7 @@ from llava.eval.provenance import Provenance, producer_record, records_fingerpri
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
 from llava.mm_utils import get_model_name_from_path
+from llava.model.context_length import PromptTooLong
 from llava.utils import UserError, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -167,14 +168,20 @@ def _answer(pending: Sequence[EvalItem], generator: LlavaGenerator, config: Gene
             ready, images = [], []
             for item in batch:
                 try:
-                    images.append([ref.load() for ref in item.images])
+                    images.append([ref.load_for(generator, item.question) for ref in item.images])
                     ready.append(item)
+                except PromptTooLong as error:  # a setting to change, not a question to skip
+                    raise UserError(f"question {item.question_id!r}: {error}") from None
                 except ValueError as error:
                     _missing(item, str(error), skip_missing, result)
                     progress.update(1)
             if not ready:
                 continue
-            texts = generator.generate([item.question for item in ready], images, config)
+            try:
+                texts = generator.generate([item.question for item in ready], images, config)
+            except PromptTooLong as error:
+                shown = ", ".join(repr(item.question_id) for item in ready)
+                raise UserError(f"question{'s' if len(ready) > 1 else ''} {shown}: {error}") from None
             for item, text in zip(ready, texts):
                 answers.write(answer_record(item, text, model_id))
                 if result.record is not None:

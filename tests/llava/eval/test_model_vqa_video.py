@@ -145,3 +145,82 @@ def test_a_video_given_as_an_image_points_at_video_file(tmp_path) -> None:
         run_llava.main([*common, f"{tmp_path / 'missing.png'},{clip}", "--query", "What happens?"])
     with pytest.raises(UserError, match=message):
         cli.main([*common, str(clip)])
+
+
+# ------------------------------------------------------------------------------------------------ issue 31
+
+
+@pytest.fixture(scope="module")
+def short_checkpoint(checkpoint, tmp_path_factory) -> Path:
+    """The module's checkpoint with ``tokenizer_model_max_length`` 200: a 9x9 SigLIP grid pooled to 5x5 (bilinear,
+    stride 2, ⌈9/2⌉ = 5) with ``image_newline`` after each of the 5 rows (NeXT's ``grid``), 30 tokens a frame, so 16
+    frames are 480 tokens."""
+    import shutil
+
+    copy = tmp_path_factory.mktemp("short") / "llava-onevision-qwen2-short"
+    shutil.copytree(checkpoint, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "tokenizer_model_max_length": 200}))
+    return copy
+
+
+def _over_limit(message: str, frames: int) -> tuple[int, int]:
+    """``(length, frames that fit)`` from the refusal, after checking its words and its arithmetic."""
+    import re
+
+    found = re.search(r"the prompt is (\d+) tokens with its visual tokens, more than the 200 this model takes "
+                      rf"\(tokenizer_model_max_length\); pass --frames-upbound (\d+) or fewer \(the video gives {frames} "
+                      r"frames now\)$", message)
+    assert found, message
+    length, fitting = int(found.group(1)), int(found.group(2))
+    text = length - 30 * frames  # what is left for the prompt's text tokens (the template and the question)
+    assert text > 0 and text + 30 * fitting <= 200 < text + 30 * (fitting + 1)
+    return length, fitting
+
+
+def _count_decodes(monkeypatch) -> list[object]:
+    from llava.video import VideoPlan
+
+    decoded: list[object] = []
+    original = VideoPlan.decode
+    monkeypatch.setattr(VideoPlan, "decode", lambda self: decoded.append(self) or original(self))
+    return decoded
+
+
+def test_a_video_prompt_over_the_limit_stops_before_a_frame_is_decoded(short_checkpoint, video_set, tmp_path, monkeypatch) -> None:
+    # V01: the spliced 401+ tokens were cut to 200 without a word, dropping the question; the answers were written.
+    folder, questions = video_set
+    answers = tmp_path / "a.jsonl"
+    decoded = _count_decodes(monkeypatch)
+    argv = _argv(short_checkpoint, folder, questions, answers, "--frames-upbound", "16", "--skip-missing")
+    with pytest.raises(UserError, match=r"^question 'q0': the prompt is") as caught:
+        model_vqa_video.main(argv)
+    length, fitting = _over_limit(str(caught.value), 16)
+    assert decoded == [] and answers.read_text() == ""  # no answer from a cut prompt (the file is opened once the model loads)
+    # The number the sentence gives fits: the run answers with it, and one more frame is refused again, 30 tokens a
+    # frame shorter than with 16.
+    with pytest.raises(UserError, match=r"^question 'q0': the prompt is") as caught:
+        model_vqa_video.main(_argv(short_checkpoint, folder, questions, answers, "--frames-upbound", str(fitting + 1), "--skip-missing"))
+    assert _over_limit(str(caught.value), fitting + 1) == (length - 30 * (15 - fitting), fitting)
+    result = model_vqa_video.main(_argv(short_checkpoint, folder, questions, answers, "--frames-upbound", str(fitting), "--skip-missing"))
+    assert result.answered == 2 and [json.loads(line)["question_id"] for line in answers.read_text().splitlines()] == ["q0", "q1"]
+
+
+def test_run_llava_and_the_chat_refuse_a_video_over_the_limit_before_decoding(short_checkpoint, video_set, monkeypatch, capsys) -> None:
+    # V03: the terminal chat answered from the cut prompt; run_llava did not check either.
+    from llava.eval import run_llava
+    from llava.serve import cli
+
+    folder, _ = video_set
+    decoded = _count_decodes(monkeypatch)
+    common = ["--model-path", str(short_checkpoint), "--temperature", "0", "--device", "cpu", "--frames-upbound", "16",
+              "--force-sample", "--video-file", str(folder / "clip0.mp4")]
+    with pytest.raises(ValueError) as caught:
+        run_llava.main([*common, "--query", "Which way?", "--max_new_tokens", "2"])
+    _over_limit(str(caught.value), 16)
+    turns = iter(["Which way does it move?", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(turns))
+    with pytest.raises(ValueError) as caught:
+        cli.main([*common, "--max-new-tokens", "2"])
+    _over_limit(str(caught.value), 16)
+    assert decoded == [] and "assistant:" not in capsys.readouterr().out  # no turn was answered
