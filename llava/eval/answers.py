@@ -7,7 +7,9 @@
   load leaves the file and its record as they were.
 * **Damaged lines are set aside, never truncated.** On :meth:`~AnswersFile.begin`, lines that are not answer
   objects (a write cut off by a kill, a hand edit) move to ``<answers>.rejected``
-  (:func:`llava.outputs.read_jsonl_resumable`); every intact answer stays.
+  (:func:`llava.outputs.read_jsonl_resumable`); every intact answer stays. A file that holds no answer and is not
+  the start of one (a video, a picture, another command's JSONL given as ``--answers-file``) is refused when the
+  run opens it, before the model loads, and left as it is.
 * **``--overwrite`` replaces old answers only once a new one exists.** The first new answer is written to a
   temporary file that then replaces the old file in one rename; until then the old answers (and their record)
   stay. A run that finishes without any answer (every question skipped) replaces them with an empty file.
@@ -74,7 +76,7 @@ class AnswersFile:
         self._fd: int | None = None
         self._on_commit: Callable[[], None] | None = None
         if not overwrite:
-            scan = scan_jsonl(self.path, accept=is_answer)
+            scan = scan_jsonl(self.path, accept=is_answer, what="--answers-file")
             self.existing, self.damaged = scan.records, len(scan.damaged)
             lines: dict[AnswerIdentity, int] = {}
             for number, record in zip(scan.numbers, scan.records):
@@ -99,7 +101,7 @@ class AnswersFile:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _, rejected, count = read_jsonl_resumable(self.path, what="answers file", accept=is_answer)
+            _, rejected, count = read_jsonl_resumable(self.path, what="--answers-file", accept=is_answer)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as error:
             raise UserError(f"cannot write answers file {os.fspath(self.path)!r} ({_reason(error)}); nothing was changed") from None

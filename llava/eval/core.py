@@ -55,7 +55,7 @@ from llava.eval.items import (
     ordinal,
     split_list,
 )
-from llava.eval.provenance import Provenance, producer_record, records_fingerprint
+from llava.eval.provenance import Provenance, model_files, producer_record, records_fingerprint
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
@@ -364,6 +364,24 @@ def args_with_defaults(spec: LoaderSpec, args: Any) -> argparse.Namespace:
     return completed
 
 
+def read_inputs(args: argparse.Namespace, items: Sequence[EvalItem]) -> dict[str, Any]:
+    """Every file a loader run reads, named for the output guard: the question file, each question's image and
+    video files, and the checkpoint's own files (``--model-path``, ``--model-base``; the files resuming fingerprints).
+    An answers file that is one of them would destroy it."""
+    inputs: dict[str, Any] = {"--question-file": args.question_file}
+    for item in items:
+        for number, ref in enumerate(item.images, start=1):
+            path = getattr(ref, "path", None)
+            if path is not None:
+                which = f" {number}" if len(item.images) > 1 else ""
+                inputs[f"the {getattr(ref, 'kind', 'image')}{which} of question {item.question_id!r}"] = path
+    for flag in ("--model-path", "--model-base"):
+        folder = getattr(args, flag[2:].replace("-", "_"), None)
+        if folder and os.path.isdir(os.path.expanduser(folder)):
+            inputs.update({f"{flag}'s {path.name}": path for path in model_files(os.path.expanduser(folder))})
+    return inputs
+
+
 def run_parsed(
     spec: LoaderSpec,
     args: argparse.Namespace,
@@ -373,9 +391,9 @@ def run_parsed(
     """:func:`run_loader` on already parsed arguments.
 
     Checks, in order and before any model loads: the decoding values, the device, the projector settings, the
-    conversation template's name, the output path against the inputs, then every record of the question file (fields and types, and that no two
-    questions share an answer identity, :func:`check_unique_items`), then that a checkpoint asked about images is
-    not a plain language model.
+    conversation template's name, the output path against the question file, then every record of the question file (fields and types, and that no two
+    questions share an answer identity, :func:`check_unique_items`), the output path against every file the run reads
+    (:func:`read_inputs`), then that a checkpoint asked about images is not a plain language model.
     """
     setup_logging()
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
@@ -391,6 +409,7 @@ def run_parsed(
     check_unique_items(items, source)
     start, stop = chunk_bounds(len(records), args.num_chunks, args.chunk_idx)
     chunk = [item for item in items if start < (item.position or 0) <= stop]
+    guard_outputs(inputs=read_inputs(args, chunk), files={"--answers-file": args.answers_file})
     model_id = get_model_name_from_path(os.path.expanduser(args.model_path))
     producer = producer_record(_recorded_args(args, settings), model_id, questions=records_fingerprint(records[start:stop]))
 

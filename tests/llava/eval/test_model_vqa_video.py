@@ -224,3 +224,32 @@ def test_run_llava_and_the_chat_refuse_a_video_over_the_limit_before_decoding(sh
         cli.main([*common, "--max-new-tokens", "2"])
     _over_limit(str(caught.value), 16)
     assert decoded == [] and "assistant:" not in capsys.readouterr().out  # no turn was answered
+
+
+def test_an_answers_file_that_is_a_questions_video_is_refused(video_set, tmp_path) -> None:
+    # V08: the video was read as "7 damaged lines", moved to clip1.mp4.rejected (altered), and replaced by answers.
+    folder, questions = video_set
+    video = folder / "clip1.mp4"
+    before = video.read_bytes()
+    argv = ["--model-path", str(tmp_path / "nothing"), "--video-folder", str(folder), "--question-file", str(questions),
+            "--answers-file", str(video)]
+    with pytest.raises(UserError, match=rf"^--answers-file '{video}' is the same file as the video of question 'q1' "):
+        model_vqa_video.main(argv)
+    assert video.read_bytes() == before and not list(folder.glob("*.rejected")) and not list(folder.glob("*.meta.json"))
+
+
+def test_an_answers_file_that_is_no_answers_file_is_never_set_aside(checkpoint, video_set, tmp_path, monkeypatch) -> None:
+    # The other half of V08: any existing file at --answers-file was "recovered" into .rejected and replaced.
+    from llava.model import builder
+
+    folder, questions = video_set
+    monkeypatch.setattr(builder, "load_pretrained_model", lambda *args, **kwargs: pytest.fail("the model loaded"))
+    for name, data in (("other.mp4", (folder / "clip0.mp4").read_bytes()), ("notes.txt", b"my notes\n"),
+                       ("records.jsonl", b'{"id": 1}\n{"id": 2}\n')):
+        target = tmp_path / name
+        target.write_bytes(data)
+        argv = _argv(checkpoint, folder, questions, target, "--skip-missing")
+        with pytest.raises(UserError, match=rf"^--answers-file '{target}' is not an output of this command \(none of its "
+                                            r"lines is one of its records; it starts with .*\), so it is left as it is"):
+            model_vqa_video.main(argv)
+        assert target.read_bytes() == data and not (tmp_path / f"{name}.rejected").exists()
