@@ -52,33 +52,11 @@ def load_demo_image(path: str | None, size: int) -> np.ndarray:
 
 
 def _open_rgb(path: str):
-    """Decode ``path`` as RGB, or exit with one sentence.
+    """Decode ``path`` as RGB by the one rule every LLaVA loader follows (:func:`llava.mm_utils.open_image`: the
+    pixel bound before decoding, one sentence for a damaged or non-image file)."""
+    from llava.mm_utils import open_image
 
-    The same rule as ``llava.mm_utils.open_image`` (this package imports nothing from ``llava``): PIL's
-    decompression-bomb warning counts as an error, so an image with more than ``Image.MAX_IMAGE_PIXELS``
-    pixels is refused before gigabytes are decoded; damaged and non-image files are refused too.
-    """
-    import warnings
-
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                image.load()
-                return image.convert("RGB")
-    except FileNotFoundError:
-        raise UserError(f"image file {path!r} does not exist") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise UserError(
-            f"image file {path!r} has more pixels than the {Image.MAX_IMAGE_PIXELS} PIL decodes safely "
-            "(a possible decompression bomb); downscale it"
-        ) from None
-    except UnidentifiedImageError:
-        raise UserError(f"image file {path!r} is not a readable image (not a known image format)") from None
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise UserError(f"image file {path!r} is not a readable image (damaged or truncated: {exc})") from None
+    return open_image(path)
 
 
 def patch_tokens(image: np.ndarray, patch: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file from a checkout: import llava and braco_patch from it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from llava.numeric import number_type  # noqa: E402  (light: no torch)
 from llava.outputs import guard_outputs, write_json  # noqa: E402  (light: no torch)
 from llava.utils import UserError, cli_main, setup_logging  # noqa: E402
 
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--conv-mode", default="vicuna_v1", help="conversation template (default: vicuna_v1)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0: sampling")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=number_type(0, 2**32 - 1, integer=True), default=0)
     parser.add_argument("--output", type=Path, default=None, help="also write the answer to this JSON file")
     parser.add_argument("--llava-root", type=Path, default=None, help="the official code's LLaVA checkout (not needed here)")
     return parser

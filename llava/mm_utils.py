@@ -19,13 +19,10 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
-import contextlib
 import logging
 import math
 import os
 import re
-import warnings
-from collections.abc import Iterator
 from io import BytesIO
 from typing import Any, Sequence
 
@@ -36,6 +33,7 @@ from transformers import StoppingCriteria
 
 from llava import net
 from llava.constants import DEFAULT_IM_END_TOKEN, DEFAULT_IM_START_TOKEN, DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
+from llava.pixels import BOMB_ERRORS, bomb_guard, pixel_limit, too_many_pixels
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -45,23 +43,12 @@ Resolution = tuple[int, int]  # (width, height)
 # ---------------------------------------------------------------------- image loading
 
 
-#: What PIL raises for an image with more pixels than ``Image.MAX_IMAGE_PIXELS`` (the warning, between one and
-#: two times the limit, is turned into an error: decoding such an image can take gigabytes).
-BOMB_ERRORS: tuple[type[BaseException], ...] = (Image.DecompressionBombError, Image.DecompressionBombWarning)
 #: What PIL raises for data that is not a decodable image (unknown format, truncated or corrupt pixels).
 UNREADABLE_ERRORS: tuple[type[BaseException], ...] = (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError)
 
 
 class ImageUnreadable(UserError):
     """An image that cannot or will not be decoded; ``str(error)`` is one sentence for the user."""
-
-
-@contextlib.contextmanager
-def bomb_guard() -> Iterator[None]:
-    """Within the block, PIL's decompression-bomb warning is an error (see :data:`BOMB_ERRORS`)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        yield
 
 
 def open_image(source: str | os.PathLike[str] | bytes, *, what: str | None = None, convert: str | None = "RGB") -> Image.Image:
@@ -85,10 +72,7 @@ def open_image(source: str | os.PathLike[str] | bytes, *, what: str | None = Non
     except FileNotFoundError:
         raise ImageUnreadable(f"{name} does not exist") from None
     except BOMB_ERRORS:
-        raise ImageUnreadable(
-            f"{name} has more pixels than the {Image.MAX_IMAGE_PIXELS} PIL decodes safely (a possible "
-            "decompression bomb); downscale it"
-        ) from None
+        raise ImageUnreadable(too_many_pixels(name, pixel_limit())) from None
     except UnidentifiedImageError:
         raise ImageUnreadable(f"{name} is not a readable image (not a known image format)") from None
     except UNREADABLE_ERRORS as error:

@@ -13,7 +13,9 @@
 4. **Name a disk that fills up midway.** :func:`disk_errors` turns a full or read-only disk met while a long
    command writes into its output location (training checkpoints, the quickstart's data) into one sentence.
 5. **Never truncate long or paid work.** :func:`set_aside` moves damaged lines of a resumable JSONL file into
-   ``<file>.rejected`` (appended, never overwritten) and rewrites the file with the intact lines only.
+   ``<file>.rejected`` (appended, never overwritten) and rewrites the file with the intact lines only; a file with
+   no record of the command in it and lines that are not pieces of one (a video, a picture, another file) is not
+   taken for a damaged output: it is refused, untouched (:func:`scan_jsonl`).
 
 Errors are :class:`~llava.utils.UserError` sentences naming the flag, the path and the fix. Nothing here imports
 torch, so scorers and converters use it on machines without a model stack.
@@ -78,6 +80,11 @@ def _inside(path: PathLike, folder: PathLike) -> bool:
 def check_outputs(inputs: Mapping[str, PathLike | None], outputs: Mapping[str, PathLike | None]) -> None:
     """Refuse an output that is one of the inputs, or a folder that holds one of them.
 
+    Give every file the command reads: the flags' files and the files they name (a question's image or video, a
+    results folder's cost file). Many inputs cost little: an existing output is compared with each by its device
+    and inode (one ``stat`` each; links and other spellings included), a new one with the inputs that do not exist
+    either (by their resolved path).
+
     Args:
         inputs: Flag name (or a description) -> a path the command reads; ``None`` entries are ignored.
         outputs: Flag name -> a path the command writes.
@@ -88,15 +95,33 @@ def check_outputs(inputs: Mapping[str, PathLike | None], outputs: Mapping[str, P
     for out_flag, out_path in outputs.items():
         if out_path is None:
             continue
+        target = _path(out_path)
+        try:
+            out_stat: os.stat_result | None = os.stat(target)
+        except OSError:
+            out_stat = None
+        folder = out_stat is not None and target.is_dir()
         for in_flag, in_path in inputs.items():
             if in_path is None:
                 continue
-            if same_file(in_path, out_path) or (_path(out_path).is_dir() and _inside(in_path, out_path)):
-                relation = ("the same folder as" if _path(in_path).is_dir() else "the same file as") if same_file(in_path, out_path) else "a folder holding"
+            same = _same_as_output(in_path, target, out_stat)
+            if same or (folder and _inside(in_path, out_path)):
+                relation = ("the same folder as" if _path(in_path).is_dir() else "the same file as") if same else "a folder holding"
                 raise UserError(
                     f"{out_flag} {os.fspath(out_path)!r} is {relation} "
                     f"{in_flag} {os.fspath(in_path)!r}; writing it would destroy the input, so pass another {out_flag}"
                 )
+
+
+def _same_as_output(path: PathLike, output: Path, output_stat: os.stat_result | None) -> bool:
+    """:func:`same_file` of an input and an output whose ``stat`` (``None``: it does not exist) is known."""
+    try:
+        found = os.stat(_path(path))
+    except OSError:
+        found = None
+    if output_stat is not None:
+        return found is not None and (found.st_dev, found.st_ino) == (output_stat.st_dev, output_stat.st_ino)
+    return found is None and os.path.realpath(_path(path)) == os.path.realpath(output)
 
 
 def check_distinct_outputs(outputs: Mapping[str, PathLike]) -> None:
@@ -412,13 +437,17 @@ class JsonlScan:
     damaged: list[str] = field(default_factory=list)
 
 
-def scan_jsonl(path: PathLike, *, accept: Callable[[dict[str, Any]], bool] | None = None) -> JsonlScan:
+def scan_jsonl(path: PathLike, *, accept: Callable[[dict[str, Any]], bool] | None = None, what: str = "output file") -> JsonlScan:
     """Read a resumable JSONL output without changing it (the read-only half of :func:`read_jsonl_resumable`).
 
     Args:
         path: The JSONL file; a missing file reads as empty.
         accept: Also counts a JSON object as damaged when it returns False (e.g. an object without the id a
             resumable run keys its lines by).
+        what: How errors name the file (the flag, e.g. ``"--answers-file"``).
+
+    Raises:
+        UserError: For a file that is not an output of this kind (:func:`_check_ours`): it is never set aside.
     """
     target = _path(path)
     scan = JsonlScan()
@@ -438,7 +467,37 @@ def scan_jsonl(path: PathLike, *, accept: Callable[[dict[str, Any]], bool] | Non
                 scan.numbers.append(number)
             else:
                 scan.damaged.append(line)
+    _check_ours(target, scan, what)
     return scan
+
+
+def _check_ours(path: Path, scan: JsonlScan, what: str) -> None:
+    """Refuse to take a file for a damaged output of this kind when nothing in it says it is one.
+
+    A resumable output is damaged only by a write cut short: its lines are whole records and at most pieces of
+    one, which start with ``{``. A file without a single accepted record that holds any other line (a video, a
+    picture, a text, another command's JSONL) is someone's input, and "recovering" it would move all of it aside.
+
+    Raises:
+        UserError: Naming the file and the flag.
+    """
+    if scan.records or not scan.damaged:
+        return
+    cut_short = all(line.lstrip().startswith("{") and _parse_object(line) is None for line in scan.damaged)
+    if not cut_short:
+        shown = scan.damaged[0].strip()[:40].encode("ascii", "backslashreplace").decode()
+        raise UserError(
+            f"{what} {os.fspath(path)!r} is not an output of this command (none of its lines is one of its records; it "
+            f"starts with {shown!r}), so it is left as it is; pass another path, or move that file away"
+        )
+
+
+def _parse_object(line: str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def read_jsonl_resumable(
@@ -455,7 +514,7 @@ def read_jsonl_resumable(
     target = _path(path)
     if not target.is_file():
         return [], None, 0
-    scan = scan_jsonl(target, accept=accept)
+    scan = scan_jsonl(target, accept=accept, what=what)
     rejected = None
     if scan.damaged or (scan.lines and not scan.lines[-1].endswith("\n")):  # a next append must start on a line of its own
         rejected = set_aside(target, scan.lines, scan.damaged)

@@ -34,6 +34,8 @@ SEAM = {
     "braco_patch/diagnostics/tower.py": "`braco diagnose` / `calibrate` load a tower through llava's tower registry",
     "braco_patch/diagnostics/commands.py": "`braco diagnose` / `calibrate` check --out and --device with llava's rules",
     "braco_patch/diagnostics/report.py": "the diagnostics' files are written through llava's atomic writers",
+    "braco_patch/diagnostics/data.py": "the diagnostics open images by llava's one image rule (the pixel bound)",
+    "braco_patch/argtypes.py": "the braco commands' numeric flags follow llava's one numeric rule",
     "braco_patch/demo.py": "`braco demo` writes its folder through llava's output guard",
 }
 

@@ -37,7 +37,7 @@ from llava.cost.pipeline import Accounting, cost_setting
 from llava.cost.presets import PipelineSpec, get_preset, list_presets, load_spec
 from llava.outputs import guard_outputs, write_text
 
-from ..argtypes import positive_int
+from ..argtypes import non_negative_int, positive_int
 
 if TYPE_CHECKING:
     from llava.cost.video import Video
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "and projector once per frame, the LLM over every frame's tokens (NeXT's 2-D pool on the "
                           "vanilla grid; a --config's mm_spatial_pool_* / mm_newline_position keys) + the prompt; "
                           "analytic only (not with --measure or --table compressors)")
-    src.add_argument("--question-tokens", "--question_tokens", type=int, default=7,
+    src.add_argument("--question-tokens", "--question_tokens", type=non_negative_int, default=7,
                      help="question tokens of a prompt-conditioned module's LLM pass (QueCC; default %(default)s)")
     acc = p.add_argument_group("accounting (defaults reproduce the paper)")
     acc.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=Accounting.prompt_tokens,

@@ -22,10 +22,11 @@ from pathlib import Path
 import torch
 
 from llava.devices import resolve_device
+from llava.numeric import number_type
 from llava.outputs import MARKER, guard_outputs, write_text
 from llava.utils import UserError
 
-from ..argtypes import positive_int
+from ..argtypes import non_negative_int, positive_int
 from . import energy as energy_mod
 from .data import InputError, list_images, load_labelled, open_image, resample_indices, split_indices
 from .learnability import DEFAULT_BETA, DEFAULT_CUTOFFS, DEFAULT_GAMMA, GRAM_SCALES, crossover_scan, format_calibration_table, summarize_calibration
@@ -51,6 +52,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGETS = (1, 4, 9, 16, 25, 36, 49, 64)
 
 
+#: A share of the labelled images (a validation or test split): above 0 and below 1 (1 itself is refused when splitting).
+FRACTION = number_type(0, 1, lo_open=True)
+
 def _add_common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--vision-tower", "--vision_tower", required=True,
                    help="local CLIP/SigLIP tower folder, or a LLaVA checkpoint folder whose config.json names one in mm_vision_tower")
@@ -61,7 +65,7 @@ def _add_common(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--batch-size", "--batch_size", type=positive_int, default=32, help="images per tower batch (default 32)")
     p.add_argument("--device", default="cpu", help="torch device for the tower (default cpu)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="tower dtype (default float32)")
-    p.add_argument("--seed", type=int, default=0, help="seed of sampling, splits and the random bases (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of sampling, splits and the random bases (default 0)")
     p.add_argument("--no-progress", "--no_progress", action="store_true", help="hide progress bars")
 
 
@@ -84,7 +88,7 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                    help="at most this many images, a seeded sample without replacement (default 1024, the paper's n)")
     e.add_argument("--budgets", type=positive_int, nargs="+", default=None,
                    help=f"budgets K tabulated (default {' '.join(map(str, DEFAULT_BUDGETS))}, up to the grid's L); curves cover every K")
-    e.add_argument("--magnitude-samples", "--magnitude_samples", type=int, default=DEFAULT_KEEP_GRAMS,
+    e.add_argument("--magnitude-samples", "--magnitude_samples", type=non_negative_int, default=DEFAULT_KEEP_GRAMS,
                    help="per-sample token Grams kept for magnitude truncation, L²·4 bytes each (default %(default)s; 0 = skip)")
     p = sub.add_parser("probe", help="readability R, C = λE + (1−λ)R and linear-probe accuracy vs budget per basis",
                        description="Readability R(B;S) of a task direction fitted by a ridge probe on the training split "
@@ -99,11 +103,11 @@ def build_diagnose_parser() -> argparse.ArgumentParser:
                    help="at most this many labelled images, a seeded sample (default %(default)s)")
     p.add_argument("--budgets", type=positive_int, nargs="+", default=None,
                    help=f"budgets K (default {' '.join(map(str, DEFAULT_BUDGETS))}, up to the grid's L)")
-    p.add_argument("--probe-dim", "--probe_dim", type=int, default=DEFAULT_PROBE_DIM,
+    p.add_argument("--probe-dim", "--probe_dim", type=non_negative_int, default=DEFAULT_PROBE_DIM,
                    help="channels kept per token by a seeded random orthonormal projection (default %(default)s; 0 = all)")
-    p.add_argument("--val-fraction", "--val_fraction", type=float, default=0.2, help="validation share (default 0.2)")
-    p.add_argument("--test-fraction", "--test_fraction", type=float, default=0.2, help="test share (default 0.2)")
-    p.add_argument("--lambda", dest="lam", type=float, default=DEFAULT_LAMBDA,
+    p.add_argument("--val-fraction", "--val_fraction", type=FRACTION, default=0.2, help="validation share (default 0.2)")
+    p.add_argument("--test-fraction", "--test_fraction", type=FRACTION, default=0.2, help="test share (default 0.2)")
+    p.add_argument("--lambda", dest="lam", type=number_type(0, 1), default=DEFAULT_LAMBDA,
                    help="λ of C = λE + (1−λ)R, paper eq. unified_C; the paper gives no value (default %(default)s)")
     return parser
 
@@ -118,9 +122,9 @@ def build_calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--resamples", type=positive_int, default=3, help="resamples, seeds seed..seed+r-1 (paper: 3, seeds 0/1/2)")
     p.add_argument("--cutoffs", type=positive_int, nargs="+", default=None,
                    help="cutoffs C to scan (paper: 2..16; default 2..min(16, N))")
-    p.add_argument("--beta", type=float, default=DEFAULT_BETA,
+    p.add_argument("--beta", type=number_type(), default=DEFAULT_BETA,
                    help="β of eq. unified_learn_obj; the paper gives no value (default %(default)s, see learnability.py)")
-    p.add_argument("--gamma", type=float, default=DEFAULT_GAMMA,
+    p.add_argument("--gamma", type=number_type(), default=DEFAULT_GAMMA,
                    help="γ of eq. app_unified_stat_obj, 0 < γ < 1 (γ = 1 makes L_st rotation invariant); the paper gives "
                         "no value (default %(default)s)")
     p.add_argument("--gram-scale", "--gram_scale", choices=list(GRAM_SCALES), default="energy",

@@ -7,8 +7,9 @@
 - :func:`resample_indices`: the paper's calibration sampling, ``n`` images without replacement per seed
   (seeds ``seed, seed+1, …``; the paper uses 0/1/2).
 
-Bad inputs raise :class:`InputError` (a ``ValueError``) with one sentence naming the bad value; the commands
-print it without a traceback.
+Bad inputs raise :class:`InputError` (a ``ValueError``) with one sentence naming the bad value, and an image that
+cannot or will not be decoded ``llava.mm_utils.ImageUnreadable``, the loaders' sentence; the commands print either
+without a traceback.
 """
 
 from __future__ import annotations
@@ -41,16 +42,13 @@ def list_images(folder: str | Path) -> list[Path]:
 
 
 def open_image(path: str | Path):
-    """The image at ``path`` as an RGB ``PIL.Image``; an unreadable file raises :class:`InputError` naming it."""
-    from PIL import Image, UnidentifiedImageError
+    """The image at ``path`` as an RGB ``PIL.Image``, opened by the one rule every LLaVA loader follows
+    (:func:`llava.mm_utils.open_image`): a file with more pixels than PIL decodes safely is refused from its header,
+    before its pixels are decoded, and an unreadable one is one sentence naming it (``ImageUnreadable``, a
+    ``UserError``)."""
+    from llava.mm_utils import open_image as open_checked
 
-    try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except UnidentifiedImageError:
-        raise InputError(f"cannot read image {str(path)!r}: not an image file PIL can decode") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise InputError(f"cannot read image {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    return open_checked(Path(path))
 
 
 @dataclass(frozen=True)

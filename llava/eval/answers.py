@@ -7,7 +7,9 @@
   load leaves the file and its record as they were.
 * **Damaged lines are set aside, never truncated.** On :meth:`~AnswersFile.begin`, lines that are not answer
   objects (a write cut off by a kill, a hand edit) move to ``<answers>.rejected``
-  (:func:`llava.outputs.read_jsonl_resumable`); every intact answer stays.
+  (:func:`llava.outputs.read_jsonl_resumable`); every intact answer stays. A file that holds no answer and is not
+  the start of one (a video, a picture, another command's JSONL given as ``--answers-file``) is refused when the
+  run opens it, before the model loads, and left as it is.
 * **``--overwrite`` replaces old answers only once a new one exists.** The first new answer is written to a
   temporary file that then replaces the old file in one rename; until then the old answers (and their record)
   stay. A run that finishes without any answer (every question skipped) replaces them with an empty file.
@@ -65,7 +67,7 @@ class AnswersFile:
 
     def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False,
                  accept: Callable[[Mapping[str, Any]], bool] = is_answer, by_prompt: bool = True,
-                 what: str = "answers file") -> None:
+                 what: str = "--answers-file") -> None:
         self.path = Path(os.path.expanduser(os.fspath(path)))
         self.overwrite = overwrite
         self.accept, self.by_prompt, self.what = accept, by_prompt, what
@@ -77,7 +79,7 @@ class AnswersFile:
         self._fd: int | None = None
         self._on_commit: Callable[[], None] | None = None
         if not overwrite:
-            scan = scan_jsonl(self.path, accept=accept)
+            scan = scan_jsonl(self.path, accept=accept, what=what)
             self.existing, self.damaged = scan.records, len(scan.damaged)
             lines: dict[AnswerIdentity, int] = {}
             for number, record in zip(scan.numbers, scan.records):

@@ -169,6 +169,26 @@ def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int) -> d
     return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", "")}
 
 
+def cost_file(results: str | os.PathLike[str], cost: str | None = None) -> Path | None:
+    """The cost file :func:`load_run` reads for a run: ``--cost``, else the results folder's ``cost.json`` when it
+    has one, else ``None`` (the one rule, for the reader and the output guard alike)."""
+    if cost is not None:
+        return Path(cost)
+    local = Path(results) / COST_FILE
+    return local if local.is_file() else None
+
+
+def run_inputs(name: str, results: str | os.PathLike[str], cost: str | None = None, checkpoint: str | None = None) -> dict[str, Path]:
+    """Every file :func:`load_run` reads for run ``name``, named for the output guard."""
+    inputs = {f"--results {name} ({file.name})": file for file in input_files(results)}
+    source = cost_file(results, cost)
+    if source is not None:
+        inputs[f"--cost {name}" if cost is not None else f"the cost file of run {name} ({COST_FILE})"] = source
+    elif checkpoint is not None:
+        inputs[f"--checkpoint {name} (config.json)"] = Path(checkpoint) / "config.json"
+    return inputs
+
+
 def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None, checkpoint: str | None = None,
              prompt_tokens: int = 52) -> Run:
     """A :class:`Run` from a results folder or scores JSON, with its cost (see the module docstring)."""
@@ -178,9 +198,8 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
     run = Run(name=name, scores=scores)
     if Path(results).is_dir():
         run.ignored = [path.name for path in score_files(results)[1]]
-    local = Path(results) / COST_FILE
-    if cost is not None or local.is_file():
-        source = cost if cost is not None else local
+    source = cost_file(results, cost)
+    if source is not None:
         values = read_cost(source)
         run.cost_source = os.fspath(source)
     elif checkpoint is not None:
@@ -352,8 +371,7 @@ def main(argv: Sequence[str] | None = None) -> Comparison:
     checkpoints = _named(args.checkpoint, "--checkpoint", names)
     inputs: dict[str, Any] = {}
     for name, path in named:
-        inputs.update({f"--results {name} ({file.name})": file for file in input_files(path)})
-    inputs.update({f"--cost {name}": path for name, path in costs.items()})
+        inputs.update(run_inputs(name, path, costs.get(name), checkpoints.get(name)))
     inputs.update({f"--checkpoint {name}": path for name, path in checkpoints.items()})
     guard_outputs(inputs=inputs, files={"--out": args.out, "--json": args.json, "--figure": args.figure})
     runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens) for name, path in named]
@@ -376,4 +394,7 @@ if __name__ == "__main__":
     raise SystemExit(cli_main(main))
 
 
-__all__ = ["Comparison", "Run", "compare", "format_table", "load_run", "main", "pareto_front", "plot_pareto", "read_cost", "split_named"]
+__all__ = [
+    "Comparison", "Run", "compare", "cost_file", "format_table", "load_run", "main", "pareto_front", "plot_pareto", "read_cost",
+    "run_inputs", "split_named",
+]

@@ -56,10 +56,11 @@ from llava.eval.items import (
     ordinal,
     split_list,
 )
-from llava.eval.provenance import Provenance, producer_record, records_fingerprint
+from llava.eval.provenance import Provenance, model_files, producer_record, records_fingerprint
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
+from llava.model.context_length import PromptTooLong
 from llava.utils import UserError, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -167,14 +168,20 @@ def _answer(pending: Sequence[EvalItem], generator: LlavaGenerator, config: Gene
             ready, images = [], []
             for item in batch:
                 try:
-                    images.append([ref.load() for ref in item.images])
+                    images.append([ref.load_for(generator, item.question) for ref in item.images])
                     ready.append(item)
+                except PromptTooLong as error:  # a setting to change, not a question to skip
+                    raise UserError(f"question {item.question_id!r}: {error}") from None
                 except ValueError as error:
                     _missing(item, str(error), skip_missing, result)
                     progress.update(1)
             if not ready:
                 continue
-            texts = generator.generate([item.question for item in ready], images, config)
+            try:
+                texts = generator.generate([item.question for item in ready], images, config)
+            except PromptTooLong as error:
+                shown = ", ".join(repr(item.question_id) for item in ready)
+                raise UserError(f"question{'s' if len(ready) > 1 else ''} {shown}: {error}") from None
             for item, text in zip(ready, texts):
                 answers.write(answer_record(item, text, model_id))
                 if result.record is not None:
@@ -359,6 +366,24 @@ def args_with_defaults(spec: LoaderSpec, args: Any) -> argparse.Namespace:
     return completed
 
 
+def read_inputs(args: argparse.Namespace, items: Sequence[EvalItem]) -> dict[str, Any]:
+    """Every file a loader run reads, named for the output guard: the question file, each question's image and
+    video files, and the checkpoint's own files (``--model-path``, ``--model-base``; the files resuming fingerprints).
+    An answers file that is one of them would destroy it."""
+    inputs: dict[str, Any] = {"--question-file": args.question_file}
+    for item in items:
+        for number, ref in enumerate(item.images, start=1):
+            path = getattr(ref, "path", None)
+            if path is not None:
+                which = f" {number}" if len(item.images) > 1 else ""
+                inputs[f"the {getattr(ref, 'kind', 'image')}{which} of question {item.question_id!r}"] = path
+    for flag in ("--model-path", "--model-base"):
+        folder = getattr(args, flag[2:].replace("-", "_"), None)
+        if folder and os.path.isdir(os.path.expanduser(folder)):
+            inputs.update({f"{flag}'s {path.name}": path for path in model_files(os.path.expanduser(folder))})
+    return inputs
+
+
 def run_parsed(
     spec: LoaderSpec,
     args: argparse.Namespace,
@@ -369,9 +394,10 @@ def run_parsed(
 
     Checks, in order and before any model loads: the decoding values, the device, the projector settings, the
     backend's flags (:mod:`llava.eval.backends`), the conversation template's name, the output path against the
-    inputs, then every record of the question file (fields and types, and that no two questions share an answer
-    identity, :func:`check_unique_items`), then that a checkpoint asked about images is not a plain language model
-    (``--backend local``) or that the endpoint answers and serves the model (``--backend openai``).
+    question file, then every record of the question file (fields and types, and that no two questions share an answer
+    identity, :func:`check_unique_items`), the output path against every file the run reads (:func:`read_inputs`),
+    then that a checkpoint asked about images is not a plain language model (``--backend local``) or that the
+    endpoint answers and serves the model (``--backend openai``).
     """
     setup_logging()
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
@@ -388,6 +414,7 @@ def run_parsed(
     check_unique_items(items, source)
     start, stop = chunk_bounds(len(records), args.num_chunks, args.chunk_idx)
     chunk = [item for item in items if start < (item.position or 0) <= stop]
+    guard_outputs(inputs=read_inputs(args, chunk), files={"--answers-file": args.answers_file})
     if generator_factory is None:
         backend.check(chunk)
     model_id = backend.model_id()

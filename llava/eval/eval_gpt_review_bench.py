@@ -49,6 +49,7 @@ from llava.eval.answers import AnswersFile
 from llava.eval.files import QUESTION_ID, has_fields, read_json, read_jsonl
 from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
 from llava.eval.provenance import Provenance, file_digest
+from llava.numeric import MAX_COUNT, number_type
 from llava.outputs import guard_outputs
 from llava.utils import UserError, cli_main, setup_logging
 
@@ -216,7 +217,8 @@ def review_parser(prog: str, description: str, rule_file: Path) -> argparse.Argu
     parser.add_argument("-a", "--answer-list", nargs="+", default=[])
     parser.add_argument("-r", "--rule", default=str(rule_file), help="rule table (default: the one shipped with llava)")
     parser.add_argument("-o", "--output", required=True)
-    parser.add_argument("--max-tokens", type=int, default=1024, help="longest review the judge may write")
+    parser.add_argument("--max-tokens", type=number_type(1, MAX_COUNT, integer=True), default=1024,
+                        help="longest review the judge may write")
     parser.add_argument("--judge-model", default=None, help=f"default: $LLAVA_JUDGE_MODEL or {DEFAULT_JUDGE}")
     parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
     parser.add_argument("--judge-timeout", type=float, default=DEFAULT_TIMEOUT,

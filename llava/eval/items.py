@@ -43,6 +43,10 @@ class ImageRef:
             return load_image(self.path)
         return load_image_from_base64(self.base64 or "").convert("RGB")
 
+    def load_for(self, generator: Any, question: str) -> Image.Image:
+        """:meth:`load` (what the core calls for every input; a video checks its length against the model first)."""
+        return self.load()
+
 
 @dataclass(frozen=True)
 class EvalItem:

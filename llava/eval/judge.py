@@ -29,6 +29,7 @@ from typing import Any
 
 from llava import net
 from llava.endpoints import api_endpoint
+from llava.numeric import check_number, check_seconds
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ BASE_URL_ENV, KEY_ENV, MODEL_ENV = "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLAVA_J
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: Seconds one judge call may take in all (upstream's ``openai`` client waited 120 s per read).
 DEFAULT_TIMEOUT = 120.0
+#: The most retries of one judge call (``--max-retries``; each pauses up to a minute).
+MAX_RETRIES = 100
 #: Largest judge reply accepted: a review of 1024 tokens is a few KiB.
 DEFAULT_MAX_REPLY_BYTES = 1024 * 1024
 # HTTP answers worth another try: rate limits and server-side trouble.
@@ -72,10 +75,8 @@ class JudgeClient:
     def __init__(self, base_url: str, api_key: str | None, model: str, *, max_retries: int = 6,
                  pause: float = 1.0, timeout: float = DEFAULT_TIMEOUT, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
                  sleep: Callable[[float], None] | None = None, key_name: str = KEY_ENV) -> None:
-        if max_retries < 0:
-            raise UserError(f"--max-retries must be at least 0, got {max_retries}")
-        if not timeout > 0:
-            raise UserError(f"--judge-timeout must be a positive number of seconds, got {timeout!r}")
+        check_number(max_retries, "--max-retries", 0, MAX_RETRIES, integer=True)
+        check_seconds(timeout, "--judge-timeout")
         self.endpoint = api_endpoint(base_url, "/chat/completions", api_key, base_name=BASE_URL_ENV, key_name=key_name)
         self.url, self.model = self.endpoint.url, model
         self.max_retries, self.pause, self.timeout, self._sleep = max_retries, pause, timeout, sleep

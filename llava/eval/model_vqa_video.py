@@ -25,10 +25,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from llava.constants import IMAGE_TOKEN_INDEX
 from llava.eval.core import EvalItem, LoaderSpec, RunResult, args_with_defaults, get_chunk, run_loader, run_parsed, split_list
 from llava.eval.files import QUESTION_ID
 from llava.utils import UserError, cli_main
-from llava.video import SampledVideo, check_frame_flags, import_av, load_video
+from llava.video import SampledVideo, VideoPlan, check_frame_flags, import_av, probe_video
 
 #: Default of ``--frames-upbound`` (NeXT's video demo uses 4 to 32; lmms-eval's ``llava_onevision`` 32).
 DEFAULT_FRAMES = 16
@@ -51,13 +52,37 @@ class VideoRef:
     def exists(self) -> bool:
         return os.path.isfile(self.path)
 
+    def probe(self) -> VideoPlan:
+        """The video checked from its header, with the frames the rule takes (nothing decoded).
+
+        Raises:
+            ValueError: If the file is missing, not a video, or its frames are over the pixel bound.
+        """
+        return probe_video(self.path, frames_upbound=self.frames_upbound, force_sample=self.force_sample, video_fps=self.video_fps)
+
     def load(self) -> SampledVideo:
         """The sampled frames.
 
         Raises:
             ValueError: If the file is missing or cannot be decoded (the core skips or stops, naming the question).
         """
-        return load_video(self.path, frames_upbound=self.frames_upbound, force_sample=self.force_sample, video_fps=self.video_fps)
+        return self.probe().decode()
+
+    def load_for(self, generator: Any, question: str) -> SampledVideo:
+        """The sampled frames, decoded only once the question's prompt is known to fit the model with them.
+
+        Raises:
+            PromptTooLong: Naming the length, the limit and the ``--frames-upbound`` that fits (the core names the
+                question and stops: it is a setting to change, not a video to skip).
+            ValueError: As :meth:`load`.
+        """
+        from llava.mm_utils import tokenizer_image_token
+        from llava.model.context_length import check_video_prompt, text_token_count
+
+        plan = self.probe()
+        ids = tokenizer_image_token(generator.build_prompt(question, 1), generator.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt")
+        check_video_prompt(generator.model, text_token_count(ids), plan.frame_count)
+        return plan.decode()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,15 +115,13 @@ def build_items(record: dict[str, Any], args: argparse.Namespace) -> list[EvalIt
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """The frame flags and the decoder, before any question or model is read.
+    """The frame flags (:func:`llava.video.check_frame_flags`) and the decoder, before any question or model is read.
 
     Raises:
-        UserError: For a negative ``--frames-upbound``, ``--force-sample`` without a positive one, a ``--video-fps``
-            that is not > 0, or PyAV missing.
+        UserError: For a ``--frames-upbound`` out of range, ``--force-sample`` without a positive one, a
+            ``--video-fps`` that is not a finite number in range, or PyAV missing.
     """
-    check_frame_flags(args.frames_upbound, args.force_sample)
-    if not args.video_fps > 0:
-        raise UserError(f"--video-fps must be > 0, got {args.video_fps}")
+    check_frame_flags(args.frames_upbound, args.force_sample, args.video_fps)
     import_av()
 
 

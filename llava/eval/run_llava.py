@@ -23,7 +23,7 @@ from llava.generation import GenerationConfig, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError, cli_main, setup_logging
-from llava.video import check_frame_flags, load_video, refuse_video_as_image
+from llava.video import VideoPlan, check_frame_flags, probe_video, refuse_video_as_image
 
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
 _OPTIONAL_DEFAULTS: dict[str, Any] = {"temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None}
@@ -54,10 +54,13 @@ def load_images(image_files: Sequence[str]) -> list[Image.Image]:
 
 
 def load_visuals(args: Any) -> list[Any]:
-    """The images of ``args.image_file``, or the sampled video of ``args.video_file`` (exactly one must be given).
+    """The images of ``args.image_file``, or the video of ``args.video_file`` checked from its header
+    (a :class:`llava.video.VideoPlan`: its frames are decoded once the model says they fit; exactly one of the two
+    must be given).
 
     Raises:
         UserError: If neither or both are given, or a frame flag is out of range.
+        VideoUnreadable: If the video is missing, not a video, or its frames are over the pixel bound.
     """
     image_file, video_file = getattr(args, "image_file", None), getattr(args, "video_file", None)
     if bool(image_file) == bool(video_file):
@@ -70,7 +73,22 @@ def load_visuals(args: Any) -> list[Any]:
     frames, force = getattr(args, "frames_upbound", None), bool(getattr(args, "force_sample", False))
     frames = 16 if frames is None else frames
     check_frame_flags(frames, force)
-    return [load_video(video_file, frames_upbound=frames, force_sample=force)]
+    return [probe_video(video_file, frames_upbound=frames, force_sample=force)]
+
+
+def decode_visuals(visuals: Sequence[Any], model: Any, input_ids: Any) -> list[Any]:
+    """``visuals`` with a probed video decoded, once the prompt is known to fit the model with its frames
+    (:func:`llava.model.context_length.check_video_prompt`); images pass as they are.
+
+    Raises:
+        PromptTooLong: Naming the length, the limit and the ``--frames-upbound`` that fits.
+    """
+    from llava.model.context_length import check_video_prompt, text_token_count
+
+    for visual in visuals:
+        if isinstance(visual, VideoPlan):
+            check_video_prompt(model, text_token_count(input_ids), visual.frame_count)
+    return [visual.decode() if isinstance(visual, VideoPlan) else visual for visual in visuals]
 
 
 def eval_model(args: Any) -> str:
@@ -103,6 +121,7 @@ def eval_model(args: Any) -> str:
     prompt = conv.get_prompt()
 
     input_ids = tokenizer_image_token(prompt, tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
+    images = decode_visuals(images, model, input_ids)
     pixels, image_sizes, modalities = visuals_to_pixels(images, image_processor, model.config, model.device, model.dtype)
     extra = {} if modalities is None else {"modalities": modalities}
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

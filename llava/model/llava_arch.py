@@ -41,6 +41,7 @@ from llava.model.cache_argument import cache_argument, take_cache
 
 from . import image_encoding, patch_merge, splice
 from .compressor_text import QuestionIds, text_per_image
+from .context_length import check_prompt_lengths, cut_training_sequences
 from .greedy import greedy_decode, greedy_plan
 from .image_encoding import TextPerImage, attention_layer_for, check_needs, encode_views, grid_shape
 from .multimodal_encoder.builder import build_vision_tower
@@ -454,8 +455,9 @@ class LlavaMetaForCausalLM(ABC):
         """Replace every ``IMAGE_TOKEN_INDEX`` in ``input_ids`` with that image's K visual tokens.
 
         Padding (``attention_mask`` 0, on either side) is dropped, text is embedded, the next image's
-        features go in at each marker (labels ``IGNORE_INDEX``), each sample is truncated to
-        ``config.tokenizer_model_max_length`` (if set), and the batch is re-padded with zero embeddings on
+        features go in at each marker (labels ``IGNORE_INDEX``), a training sample (``labels`` given) is cut to
+        ``config.tokenizer_model_max_length`` (if set) as upstream cuts it, while an inference input over it is
+        refused (:mod:`llava.model.context_length`), and the batch is re-padded with zero embeddings on
         ``padding_side`` (default ``config.tokenizer_padding_side``, else right). Without images, or for a
         one-token (cached) decoding step, the inputs come back unchanged. The steps are in
         :mod:`llava.model.splice`.
@@ -486,6 +488,8 @@ class LlavaMetaForCausalLM(ABC):
         Raises:
             ValueError: If markers and images do not match (no marker in any prompt, or more markers than
                 images), or the model has no vision tower but images were given.
+            PromptTooLong: (a ValueError) If an inference input (no ``labels``) is longer than
+                ``config.tokenizer_model_max_length`` once its visual tokens are in.
         """
         image_sizes, modalities = next_argument_order(image_sizes, next_order, modalities)
         if input_ids is None or input_ids.shape[1] == 1 or images is None:
@@ -510,10 +514,10 @@ class LlavaMetaForCausalLM(ABC):
         features = self.image_features(images, image_sizes, modalities, text=text)
         sequences, sequence_labels = splice.splice_batch(id_rows, label_rows, features, markers, taken, embed_tokens)
 
-        max_length = getattr(self.config, "tokenizer_model_max_length", None)
-        if max_length is not None:
-            sequences = [seq[:max_length] for seq in sequences]
-            sequence_labels = [seq[:max_length] for seq in sequence_labels]
+        if labels is None:  # an inference input is never cut (llava.model.context_length)
+            check_prompt_lengths([int(seq.shape[0]) for seq in sequences], self.config)
+        else:
+            sequences, sequence_labels = cut_training_sequences(sequences, sequence_labels, self.config)
 
         side = padding_side or getattr(self.config, "tokenizer_padding_side", None) or "right"
         out_positions, out_mask, embeds, out_labels = splice.padded_outputs(

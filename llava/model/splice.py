@@ -4,7 +4,8 @@ visual tokens → ``inputs_embeds``, labels, attention mask and position ids for
 The steps of :meth:`llava.model.llava_arch.LlavaMetaForCausalLM.prepare_inputs_labels_for_multimodal`: drop the
 padding (:func:`unpadded_rows`), match the images to the markers (:func:`images_per_sample`), embed the text and
 put the next image's tokens in at each marker (:func:`splice_batch`, :func:`splice_sample`; their labels are
-``IGNORE_INDEX``), truncate, and re-pad on the left or right (:func:`pad_batch`, :func:`padded_outputs`).
+``IGNORE_INDEX``), cut a training sample or refuse an over-long inference input (:mod:`llava.model.context_length`), and
+re-pad on the left or right (:func:`pad_batch`, :func:`padded_outputs`).
 """
 
 from __future__ import annotations

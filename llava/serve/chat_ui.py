@@ -17,9 +17,7 @@ servers (:class:`llava.serve.webapi.ServerLimits`): a body deadline, a connectio
 from __future__ import annotations
 
 import base64
-import io
 import logging
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -36,7 +34,7 @@ from llava.openai_client import conversation_messages
 from .backends import ChatBackend
 from .demo_examples import demo_examples
 from .flags import image_limits, server_limits
-from .images import ImageLimits, ImageRejected, open_image_file
+from .images import ImageLimits, ImageRejected, decode_base64_image, open_image_file
 from .protocol import sentence
 from .templates import stop_string
 from .uploads import ImageUploadsOnly
@@ -139,20 +137,20 @@ def read_uploaded_video(path: str, limits: Any) -> tuple[str, Image.Image]:
     """``(base64 of the uploaded video file, its first frame)`` for the chat page.
 
     Raises:
-        ValueError: If the file is over the upload limit or not a decodable video (one sentence).
+        ValueError: If the file is refused by the servers' one video check (:func:`llava.serve.video_input.
+            probe_uploaded_video`: upload limits, a still picture, frames over the pixel bound or changing size).
     """
-    from llava.video import load_video
+    from .video_input import decode_planned_video, probe_uploaded_video
 
-    if os.path.getsize(path) > limits.max_bytes:
-        raise ValueError(f"the uploaded video is larger than the {limits.max_bytes // 2**20} MiB this server accepts; upload a shorter one")
-    first = load_video(path, frames_upbound=1, force_sample=True)
+    first = decode_planned_video(probe_uploaded_video(path, limits, frames=1), limits)
     with open(path, "rb") as handle:
         encoded = base64.b64encode(handle.read()).decode("ascii")
     return encoded, Image.fromarray(first.frames[0])
 
 
 def _png_to_image(encoded: str) -> Image.Image:
-    return Image.open(io.BytesIO(base64.b64decode(encoded))).convert("RGB")
+    """A panel picture a worker sent (base64 PNG), opened by the servers' image rule (header checked first)."""
+    return decode_base64_image(encoded)
 
 
 def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> gr.Blocks:

@@ -39,9 +39,10 @@ def _read_turn(prompt: str) -> str:
 
 
 def _load_visual(args: argparse.Namespace) -> object:
-    """The image of ``--image-file`` or the sampled video of ``--video-file`` (exactly one must be given)."""
+    """The image of ``--image-file``, or the video of ``--video-file`` checked from its header (a
+    :class:`llava.video.VideoPlan`, decoded at the first turn once its frames fit; exactly one must be given)."""
     from llava.mm_utils import load_image
-    from llava.video import check_frame_flags, load_video, refuse_video_as_image
+    from llava.video import check_frame_flags, probe_video, refuse_video_as_image
 
     if bool(args.image_file) == bool(getattr(args, "video_file", None)):
         raise UserError("give either --image-file or --video-file (exactly one of them)")
@@ -49,14 +50,27 @@ def _load_visual(args: argparse.Namespace) -> object:
         refuse_video_as_image(args.image_file)
         return load_image(args.image_file)
     check_frame_flags(args.frames_upbound, args.force_sample)
-    return load_video(args.video_file, frames_upbound=args.frames_upbound, force_sample=args.force_sample)
+    return probe_video(args.video_file, frames_upbound=args.frames_upbound, force_sample=args.force_sample)
+
+
+def _first_turn_pixels(visual: object, model: object, image_processor: object, input_ids: object) -> tuple:
+    """``(pixels, image_sizes, modalities)`` of the image or video, a video decoded only once the first turn's
+    prompt is known to fit the model with its frames (else one sentence naming ``--frames-upbound``)."""
+    from llava.mm_utils import visuals_to_pixels
+    from llava.model.context_length import check_video_prompt, text_token_count
+    from llava.video import VideoPlan
+
+    if isinstance(visual, VideoPlan):
+        check_video_prompt(model, text_token_count(input_ids), visual.frame_count)
+        visual = visual.decode()
+    return visuals_to_pixels([visual], image_processor, model.config, model.device, model.dtype)
 
 
 def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
     # torch and transformers load here, not at import: --help answers at once.
     from llava.generation import check_generation_values, resolve_device
-    from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
+    from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token
     from llava.model.builder import load_pretrained_model
     from llava.model.checkpoint_layout import require_multimodal
     from llava.model.compressor_text import question_kwargs
@@ -75,7 +89,7 @@ def run_chat(args: argparse.Namespace) -> None:
     conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
     # ChatML role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
     roles = ("user", "assistant") if conv.sep_style in (SeparatorStyle.MPT, SeparatorStyle.CHATML) else conv.roles
-    pixels, image_sizes, modalities = visuals_to_pixels([visual], image_processor, model.config, model.device, model.dtype)
+    pixels = image_sizes = modalities = None
 
     first_turn = True
     while True:
@@ -83,7 +97,6 @@ def run_chat(args: argparse.Namespace) -> None:
         if not text:
             print("exit...")
             break
-        print(f"{roles[1]}: ", end="", flush=True)
         if first_turn:
             # The image goes with the first user message only; later turns reuse it through the history.
             text = image_marker(model.config) + "\n" + text
@@ -93,6 +106,9 @@ def run_chat(args: argparse.Namespace) -> None:
         prompt = conv.get_prompt()
 
         input_ids = tokenizer_image_token(prompt, tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
+        if pixels is None:
+            pixels, image_sizes, modalities = _first_turn_pixels(visual, model, image_processor, input_ids)
+        print(f"{roles[1]}: ", end="", flush=True)
         printed = answer = ""
         for answer in stream_answer(
             model, tokenizer, input_ids, images=pixels, image_sizes=image_sizes, temperature=args.temperature,

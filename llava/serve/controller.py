@@ -46,10 +46,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from llava import net
 from llava.constants import CONTROLLER_HEART_BEAT_EXPIRATION
-from llava.utils import UserError, cli_main, setup_logging
+from llava.numeric import check_seconds
+from llava.utils import cli_main, setup_logging
 
 from .admission import AllowedHosts, WorkerRefused, parse_status, worker_identity, worker_origin
 from .flags import (
+    COUNT,
+    SECONDS,
     add_bind_flags,
     add_flag,
     add_request_limit_flags,
@@ -115,12 +118,11 @@ class Controller:
             raise ValueError(
                 f"unknown dispatch method {dispatch_method!r}; expected one of {', '.join(DISPATCH_METHODS)}"
             )
-        if not heartbeat_expiration > 0:
-            raise ValueError(f"heartbeat_expiration must be positive, got {heartbeat_expiration!r}")
+        check_seconds(heartbeat_expiration, "heartbeat_expiration (--heartbeat-expiration)")
+        check_seconds(status_timeout, "status_timeout")
+        check_seconds(stream_timeout, "stream_timeout (--stream-timeout)")
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise ValueError(f"max_workers must be a positive integer, got {max_workers!r} (--max-workers)")
-        if not status_timeout > 0 or not stream_timeout > 0:
-            raise ValueError(f"timeouts must be positive, got {status_timeout!r} and {stream_timeout!r} (--stream-timeout)")
         self.dispatch_method = dispatch_method
         self.heartbeat_expiration = float(heartbeat_expiration)
         self.allowed_hosts = allowed_hosts
@@ -473,13 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.serve.controller", description=__doc__.splitlines()[0])
     add_bind_flags(parser, 21001)
     add_flag(parser, "--dispatch-method", choices=DISPATCH_METHODS, default="shortest_queue")
-    add_flag(parser, "--heartbeat-expiration", type=float, default=CONTROLLER_HEART_BEAT_EXPIRATION,
+    add_flag(parser, "--heartbeat-expiration", type=SECONDS, default=CONTROLLER_HEART_BEAT_EXPIRATION,
              help="seconds of silence before a worker is dropped")
     add_flag(parser, "--allowed-worker-hosts", "--allow-worker", nargs="+", action="extend", default=[], metavar="HOST",
              help="hosts (names, IP addresses, CIDR networks, or *) workers may register from besides loopback")
-    add_flag(parser, "--max-workers", type=int, default=DEFAULT_MAX_WORKERS,
+    add_flag(parser, "--max-workers", type=COUNT, default=DEFAULT_MAX_WORKERS,
              help="workers listed at most; a registration beyond that is refused (default %(default)s)")
-    add_flag(parser, "--stream-timeout", type=float, default=600.0, help="seconds one relayed answer may take in all")
+    add_flag(parser, "--stream-timeout", type=SECONDS, default=600.0, help="seconds one relayed answer may take in all")
     add_request_limit_flags(parser)
     add_server_limit_flags(parser)
     return parser
@@ -501,13 +503,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup_logging(logging.INFO)
     logger.info("args: %s", args)
     max_request_bytes, limits = request_limit(args), server_limits(args)
-    if not args.heartbeat_expiration > 0:
-        raise UserError(f"--heartbeat-expiration must be a positive number of seconds, got {args.heartbeat_expiration!r}")
-    if not args.stream_timeout > 0:
-        raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
     check_bind(args.host, args.port)
-    if args.max_workers < 1:
-        raise UserError(f"--max-workers must be a positive integer, got {args.max_workers}")
     allowed = allowed_hosts(args.allowed_worker_hosts)
     controller = Controller(
         args.dispatch_method, args.heartbeat_expiration, allowed_hosts=allowed, stream_timeout=args.stream_timeout,

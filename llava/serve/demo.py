@@ -23,7 +23,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from llava.utils import UserError, cli_main, setup_logging
+from llava.utils import cli_main, setup_logging
 
 from .flags import add_model_flags, add_page_flags, check_bind, model_device, server_limits
 
@@ -52,8 +52,6 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     options = options_from_args(args)
     device = model_device(args)
     server_limits(args)
-    if args.limit_model_concurrency < 1:
-        raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")
     check_bind(args.host, args.port)
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,

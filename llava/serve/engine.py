@@ -22,6 +22,7 @@ from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
 from llava.conversation import template_for_model
 from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token
 from llava.model.compressor_text import question_kwargs
+from llava.model.context_length import check_prompt_lengths, check_video_prompt, text_token_count
 
 from .generation import prepare_pixels, stream_answer
 from .images import ImageLimits, decode_base64_image
@@ -34,6 +35,8 @@ logger = logging.getLogger(__name__)
 MAX_NEW_TOKENS_CAP = 1024
 #: Longest prompt accepted, in characters (the web UI cuts each user turn to 1536).
 MAX_PROMPT_CHARS = 200_000
+#: What a client can change when a conversation no longer fits the model.
+NEW_CONVERSATION = "clear the history and start a new conversation"
 
 
 def _number(params: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
@@ -204,6 +207,7 @@ class ModelEngine:
         if images:
             prompt = prompt.replace(DEFAULT_IMAGE_TOKEN, image_marker(self.model.config))
         input_ids = tokenizer_image_token(prompt, self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
+        check_prompt_lengths([text_token_count(input_ids) + len(images) * self.visual_tokens], self.model.config, NEW_CONVERSATION)
         budget = self.max_context - input_ids.shape[1] - len(images) * self.visual_tokens
         max_new_tokens = min(request.max_new_tokens, budget)
         if max_new_tokens < 1:
@@ -228,15 +232,17 @@ class ModelEngine:
 
     def _generate_video(self, request: GenerateRequest) -> Iterator[StreamChunk]:
         """:meth:`_generate` for a request with one video (frames by LLaVA-NeXT's rule, :mod:`llava.serve.video_input`)."""
-        from .video_input import decode_base64_video, video_pixels
+        from .video_input import decode_planned_video, probe_base64_video, video_pixels
 
         if not self.is_multimodal:
             raise ValueError(f"model {self.model_name!r} takes no videos, but one was sent")
         if request.prompt.count(DEFAULT_IMAGE_TOKEN) != 1:
             raise ValueError(f"a prompt with a video needs exactly one {DEFAULT_IMAGE_TOKEN} marker for it")
-        video = decode_base64_video(request.videos[0], self.image_limits)
+        plan = probe_base64_video(request.videos[0], self.image_limits)  # the header only: nothing decoded yet
         prompt = request.prompt.replace(DEFAULT_IMAGE_TOKEN, image_marker(self.model.config))
         input_ids = tokenizer_image_token(prompt, self.tokenizer, IMAGE_TOKEN_INDEX, return_tensors="pt").unsqueeze(0)
+        check_video_prompt(self.model, text_token_count(input_ids), plan.frame_count, fix=NEW_CONVERSATION)
+        video = decode_planned_video(plan, self.image_limits)
         pixels, tokens = video_pixels(self.model, self.image_processor, video)
         max_new_tokens = min(request.max_new_tokens, self.max_context - input_ids.shape[1] - tokens)
         if max_new_tokens < 1:

@@ -7,6 +7,7 @@ import errno
 import socket
 from typing import TYPE_CHECKING, Any
 
+from llava.numeric import MAX_COUNT, MAX_MEGAPIXELS, MAX_MIB, MAX_SECONDS, number_type, seconds_type
 from llava.utils import UserError
 
 from .webapi import ServerLimits
@@ -15,6 +16,21 @@ if TYPE_CHECKING:
     from .images import ImageLimits
 
 LOOPBACK_HELP = "address to bind (default 127.0.0.1: this machine only)"
+
+# The serving commands' numeric flags, each through llava.numeric's one rule (finite, within its range), so a value
+# such as inf or 1e-320 is refused by argparse before anything starts (exit 2, "argument --flag: expected ...").
+#: A timeout or interval: seconds above 0 and at most a week.
+SECONDS = seconds_type()
+#: A count of requests, images, connections or chunks a server holds or sends at once.
+COUNT = number_type(1, MAX_COUNT, integer=True)
+#: A count that may be zero (requests that may wait besides the running ones).
+COUNT_OR_ZERO = number_type(0, MAX_COUNT, integer=True)
+#: A size in MiB (bodies, uploads): above 0 and at most 1 TiB.
+MIB = number_type(0, MAX_MIB, lo_open=True, unit="MiB")
+#: A picture size in megapixels: above 0 and at most 10,000 (10 gigapixels).
+MEGAPIXELS = number_type(0, MAX_MEGAPIXELS, lo_open=True, unit="megapixels")
+#: Whole seconds (uvicorn's keep-alive): 1 to a week.
+WHOLE_SECONDS = number_type(1, MAX_SECONDS, integer=True, unit="seconds")
 
 
 def add_flag(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs: Any) -> None:
@@ -82,7 +98,7 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
     add_flag(parser, "--load-8bit", action="store_true")
     add_flag(parser, "--load-4bit", action="store_true")
     add_flag(parser, "--use-flash-attn", action="store_true")
-    add_flag(parser, "--limit-model-concurrency", type=int, default=5, help="requests that use the model at once")
+    add_flag(parser, "--limit-model-concurrency", type=COUNT, default=5, help="requests that use the model at once")
 
 
 def model_device(args: argparse.Namespace) -> str:
@@ -94,24 +110,24 @@ def model_device(args: argparse.Namespace) -> str:
 
 
 def add_image_limit_flags(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--max-image-megapixels", type=float, default=25.0, help="images with more pixels are refused")
-    add_flag(parser, "--max-upload-mb", type=float, default=20.0, help="image files larger than this (MiB) are refused")
-    add_flag(parser, "--max-images", type=int, default=8, help="requests with more images than this are refused")
+    add_flag(parser, "--max-image-megapixels", type=MEGAPIXELS, default=25.0, help="images with more pixels are refused")
+    add_flag(parser, "--max-upload-mb", type=MIB, default=20.0, help="image files larger than this (MiB) are refused")
+    add_flag(parser, "--max-images", type=COUNT, default=8, help="requests with more images than this are refused")
 
 
 def add_request_limit_flags(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--max-request-mb", type=float, default=32.0,
+    add_flag(parser, "--max-request-mb", type=MIB, default=32.0,
              help="request bodies larger than this (MiB) get a 413 answer")
 
 
 def add_server_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``--limit-concurrency --timeout-keep-alive --body-timeout`` (uvicorn's names for the first two)."""
     defaults = ServerLimits()
-    add_flag(parser, "--limit-concurrency", type=int, default=defaults.limit_concurrency,
+    add_flag(parser, "--limit-concurrency", type=number_type(2, MAX_COUNT, integer=True), default=defaults.limit_concurrency,
              help="connections served at once; requests beyond that get HTTP 503")
-    add_flag(parser, "--timeout-keep-alive", type=int, default=defaults.timeout_keep_alive,
+    add_flag(parser, "--timeout-keep-alive", type=WHOLE_SECONDS, default=defaults.timeout_keep_alive,
              help="seconds an idle keep-alive connection stays open")
-    add_flag(parser, "--body-timeout", type=float, default=defaults.body_timeout,
+    add_flag(parser, "--body-timeout", type=SECONDS, default=defaults.body_timeout,
              help="seconds a request has to deliver its whole body; slower ones get HTTP 408")
 
 
@@ -128,10 +144,10 @@ def server_limits(args: argparse.Namespace) -> ServerLimits:
 
 
 def request_limit(args: argparse.Namespace) -> int:
-    """``--max-request-mb`` in bytes."""
-    if not args.max_request_mb > 0:
-        raise UserError(f"--max-request-mb must be positive, got {args.max_request_mb!r}")
-    return int(args.max_request_mb * 1024 * 1024)
+    """``--max-request-mb`` in bytes (checked by :data:`MIB`'s rule also for an ``args`` built in code)."""
+    from llava.numeric import check_number
+
+    return int(check_number(args.max_request_mb, "--max-request-mb", 0, MAX_MIB, lo_open=True, unit="MiB") * 1024 * 1024)
 
 
 def image_limits(args: argparse.Namespace) -> ImageLimits:
@@ -143,8 +159,8 @@ def image_limits(args: argparse.Namespace) -> ImageLimits:
 def add_page_flags(parser: argparse.ArgumentParser) -> None:
     """The chat page's flags (``gradio_web_server`` and ``demo``)."""
     add_bind_flags(parser, None)
-    add_flag(parser, "--concurrency-count", type=int, default=16, help="answers generated at once")
-    add_flag(parser, "--max-queue-size", type=int, default=64, help="requests that may wait; more are refused")
+    add_flag(parser, "--concurrency-count", type=COUNT, default=16, help="answers generated at once")
+    add_flag(parser, "--max-queue-size", type=COUNT, default=64, help="requests that may wait; more are refused")
     add_flag(parser, "--conv-mode", type=str, default=None, help="template for every model (default: from its name)")
     add_image_limit_flags(parser)
     add_flag(parser, "--share", action="store_true", help="also publish a public gradio.live link")
@@ -153,6 +169,7 @@ def add_page_flags(parser: argparse.ArgumentParser) -> None:
 
 
 __all__ = [
+    "COUNT", "COUNT_OR_ZERO", "MEGAPIXELS", "MIB", "SECONDS", "WHOLE_SECONDS",
     "add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "add_request_limit_flags",
     "add_server_limit_flags", "check_bind", "image_limits", "model_device", "port_number", "request_limit", "server_limits",
 ]

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from llava import net
 from llava.utils import UserError, cli_main, setup_logging
 
-from .flags import add_flag, add_page_flags, check_bind, server_limits
+from .flags import SECONDS, add_flag, add_page_flags, check_bind, server_limits
 
 logger = logging.getLogger(__name__)
 DESCRIPTION = __doc__.splitlines()[0]
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
              help="an OpenAI-compatible API root (e.g. vllm serve's http://127.0.0.1:8000/v1) instead of a controller")
     add_flag(parser, "--model-list-mode", choices=("once", "reload"), default="once")
     add_flag(parser, "--moderate", action="store_true", help="accepted for compatibility; no moderation is done")
-    add_flag(parser, "--stream-timeout", type=float, default=600.0, help="seconds one streamed answer may take in all")
+    add_flag(parser, "--stream-timeout", type=SECONDS, default=600.0, help="seconds one streamed answer may take in all")
     return parser
 
 
@@ -62,8 +62,6 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
         logger.warning("--moderate has no effect: this build contacts no moderation service")
     options = options_from_args(args, args.model_list_mode)
     server_limits(args)  # checked before anything starts
-    if not args.stream_timeout > 0:
-        raise UserError(f"--stream-timeout must be a positive number of seconds, got {args.stream_timeout!r}")
     if args.endpoint:
         from llava.openai_client import ChatEndpoint, api_key_from_env
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
-from llava.mm_utils import BOMB_ERRORS, bomb_guard
+from llava.pixels import BOMB_ERRORS, bomb_guard
 
 #: Formats a browser can show and the processors can read; anything else is refused.
 ACCEPTED_FORMATS: tuple[str, ...] = ("PNG", "JPEG", "WEBP", "BMP", "GIF")
@@ -53,11 +53,13 @@ class ImageLimits:
 
     @classmethod
     def from_megapixels(cls, megapixels: float, megabytes: float, max_images: int = DEFAULT_MAX_IMAGES) -> ImageLimits:
-        """Limits given in megapixels (10⁶ pixels) and MiB, as the command-line flags take them."""
-        if not megapixels > 0 or not megabytes > 0:
-            raise ValueError(f"image limits must be positive, got {megapixels!r} megapixels and {megabytes!r} MiB")
-        if max_images < 1:
-            raise ValueError(f"--max-images must be at least 1, got {max_images}")
+        """Limits given in megapixels (10⁶ pixels) and MiB, as the command-line flags take them (each checked by the
+        flags' own rule, :mod:`llava.numeric`, also when called from code)."""
+        from llava.numeric import MAX_COUNT, MAX_MEGAPIXELS, MAX_MIB, check_number
+
+        check_number(megapixels, "--max-image-megapixels", 0, MAX_MEGAPIXELS, lo_open=True, unit="megapixels")
+        check_number(megabytes, "--max-upload-mb", 0, MAX_MIB, lo_open=True, unit="MiB")
+        check_number(max_images, "--max-images", 1, MAX_COUNT, integer=True)
         return cls(max_pixels=int(megapixels * 1_000_000), max_bytes=int(megabytes * 1024 * 1024), max_images=max_images)
 
     def check_count(self, count: int) -> None:

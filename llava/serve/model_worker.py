@@ -47,10 +47,15 @@ from starlette.concurrency import iterate_in_threadpool
 from llava import net
 from llava.constants import WORKER_HEART_BEAT_INTERVAL
 from llava.endpoints import join_url
+from llava.numeric import check_seconds
 from llava.utils import UserError, cli_main, setup_logging
 
 from .admission import WorkerRefused, worker_origin
 from .flags import (
+    COUNT,
+    COUNT_OR_ZERO,
+    MIB,
+    SECONDS,
     add_bind_flags,
     add_flag,
     add_image_limit_flags,
@@ -132,8 +137,7 @@ class ModelWorker:
         limit_model_concurrency: int = 5,
         heartbeat_interval: float = WORKER_HEART_BEAT_INTERVAL,
     ) -> None:
-        if not heartbeat_interval > 0:
-            raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval!r}")
+        check_seconds(heartbeat_interval, "heartbeat_interval (--heartbeat-interval)")
         self.engine = engine
         self.controller_address = controller_address.rstrip("/")
         self.worker_address = worker_address.rstrip("/")
@@ -301,15 +305,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(parser)
     add_flag(parser, "--multi-modal", action="store_true",
              help="accepted for compatibility; image support is detected from the checkpoint")
-    add_flag(parser, "--stream-interval", type=int, default=1, help="send a chunk every this many decoded pieces")
+    add_flag(parser, "--stream-interval", type=COUNT, default=1, help="send a chunk every this many decoded pieces")
     add_flag(parser, "--no-register", action="store_true", help="do not register with a controller")
-    add_flag(parser, "--heartbeat-interval", type=float, default=WORKER_HEART_BEAT_INTERVAL,
+    add_flag(parser, "--heartbeat-interval", type=SECONDS, default=WORKER_HEART_BEAT_INTERVAL,
              help="seconds between heartbeats to the controller")
     add_image_limit_flags(parser)
     add_request_limit_flags(parser)
-    add_flag(parser, "--max-waiting-requests", type=int, default=DEFAULT_MAX_WAITING,
+    add_flag(parser, "--max-waiting-requests", type=COUNT_OR_ZERO, default=DEFAULT_MAX_WAITING,
              help="requests that may wait besides the running ones; more get HTTP 503 at once")
-    add_flag(parser, "--max-pending-mb", type=float, default=DEFAULT_MAX_PENDING_BYTES / 2**20,
+    add_flag(parser, "--max-pending-mb", type=MIB, default=DEFAULT_MAX_PENDING_BYTES / 2**20,
              help="request bodies (MiB) the worker holds at once; a request beyond that gets HTTP 503 at once")
     add_server_limit_flags(parser)
     return parser
@@ -325,14 +329,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     max_request_bytes, limits, server = request_limit(args), image_limits(args), server_limits(args)
     if not args.max_pending_mb >= args.max_request_mb:
         raise UserError(f"--max-pending-mb must be at least --max-request-mb ({args.max_request_mb:g}), got {args.max_pending_mb:g}")
-    if args.max_waiting_requests < 0:
-        raise UserError(f"--max-waiting-requests must be at least 0, got {args.max_waiting_requests}")
-    if args.limit_model_concurrency < 1:
-        raise UserError(f"--limit-model-concurrency must be at least 1, got {args.limit_model_concurrency}")
-    if args.stream_interval < 1:
-        raise UserError(f"--stream-interval must be at least 1, got {args.stream_interval}")
-    if not args.heartbeat_interval > 0:
-        raise UserError(f"--heartbeat-interval must be a positive number of seconds, got {args.heartbeat_interval!r}")
     check_bind(args.host, args.port)
     worker_address = args.worker_address or default_worker_address(args.host, args.port)
     if not args.no_register:

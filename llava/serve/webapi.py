@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 from llava.net import parse_json
+from llava.numeric import MAX_COUNT, MAX_SECONDS, check_number, check_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +115,9 @@ class ServerLimits:
     body_timeout: float = 60.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.limit_concurrency, bool) or not isinstance(self.limit_concurrency, int) or self.limit_concurrency < 2:
-            raise ValueError(f"--limit-concurrency must be an integer of at least 2, got {self.limit_concurrency!r}")
-        if isinstance(self.timeout_keep_alive, bool) or not isinstance(self.timeout_keep_alive, int) or self.timeout_keep_alive < 1:
-            raise ValueError(f"--timeout-keep-alive must be a whole number of seconds >= 1, got {self.timeout_keep_alive!r}")
-        if not self.body_timeout > 0:
-            raise ValueError(f"--body-timeout must be a positive number of seconds, got {self.body_timeout!r}")
+        check_number(self.limit_concurrency, "--limit-concurrency", 2, MAX_COUNT, integer=True)
+        check_number(self.timeout_keep_alive, "--timeout-keep-alive", 1, MAX_SECONDS, integer=True, unit="seconds")
+        check_seconds(self.body_timeout, "--body-timeout")
 
 
 def _json_message(status: int, payload: dict[str, Any], *, close: bool) -> tuple[dict, dict]:

@@ -17,7 +17,9 @@ import math
 import os
 from typing import Any
 
+from llava.numeric import check_number
 from llava.utils import UserError
+from llava.video import check_frame_flags
 
 #: LLaVA-NeXT's ``--mm_tunable_parts`` names, in NeXT's order.
 TUNABLE_PARTS = ("mm_mlp_adapter", "mm_vision_resampler", "mm_vision_tower", "mm_language_model")
@@ -143,14 +145,10 @@ def check_next_arguments(model_args: Any, data_args: Any, training_args: Any) ->
     for flag, value, accepted in choices:
         if value not in accepted:
             raise UserError(f"{flag} must be one of {', '.join(accepted)}, got {value!r}")
-    counts = (
-        ("--mm_spatial_pool_stride", model_args.mm_spatial_pool_stride, 1),
-        ("--frames_upbound", data_args.frames_upbound, 0),
-        ("--video_fps", data_args.video_fps, 1),
-    )
-    for flag, value, low in counts:
-        if value is not None and value < low:
-            raise UserError(f"{flag} must be at least {low}, got {value}")
+    if model_args.mm_spatial_pool_stride is not None:
+        check_number(model_args.mm_spatial_pool_stride, "--mm_spatial_pool_stride", 1, integer=True)
+    check_frame_flags(data_args.frames_upbound, data_args.force_sample, data_args.video_fps,
+                      flags=("--frames_upbound", "--force_sample", "--video_fps"))
     if data_args.video_folder and not os.path.isdir(data_args.video_folder):
         raise UserError(f"--video_folder {data_args.video_folder!r} is not a folder")
     check_attention(training_args.attn_implementation)

@@ -97,9 +97,7 @@ def finish_checkpoint(folder: str | os.PathLike[str], settings: dict[str, Any] |
     """Write the run record, then the completion marker (last, so that its presence means the rest is there)."""
     folder = Path(folder)
     if settings is not None:
-        temporary = folder / (RUN_FILE + ".tmp")
-        temporary.write_text(json.dumps(settings, indent=1, sort_keys=True))
-        os.replace(temporary, folder / RUN_FILE)
+        record_output_run(folder, settings)
     (folder / COMPLETE_MARKER).write_text("")
 
 
@@ -124,21 +122,54 @@ def settings_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
     return sorted(key for key in set(recorded) | set(current) if recorded.get(key) != current.get(key))
 
 
-def _check_settings(folder: Path, current: dict[str, Any]) -> None:
+def _check_settings(folder: Path, current: dict[str, Any], what: str = "") -> None:
+    """Refuse ``folder`` unless its :data:`RUN_FILE` records ``current`` (``what`` names the folder's content)."""
     run_file = folder / RUN_FILE
     try:
         recorded = json.loads(run_file.read_text())
-    except (OSError, json.JSONDecodeError):
+        if not isinstance(recorded, dict):
+            raise ValueError(recorded)
+    except (OSError, ValueError):
         raise UserError(
             f"{folder} has no readable record of the settings it was trained with ({RUN_FILE}); pass "
             "--overwrite_output_dir to start afresh, or use a new --output_dir"
         ) from None
     changed = settings_differences(recorded, current)
     if changed:
+        verb = "differs" if len(changed) == 1 else "differ"
         raise UserError(
-            f"{folder} was trained with other settings ({', '.join(changed[:8])} {'differs' if len(changed) == 1 else 'differ'}); pass --overwrite_output_dir "
-            "to start afresh, or use a new --output_dir"
+            f"{folder}{what} was trained with other settings ({', '.join(changed[:8])} {verb}); pass "
+            "--overwrite_output_dir to start afresh, or use a new --output_dir"
         )
+
+
+def check_output_run(output_dir: str | os.PathLike[str], settings: dict[str, Any], *, overwrite: bool = False) -> None:
+    """A training ``--output_dir`` belongs to one run: refuse it to a run with other settings (issue 31, T01).
+
+    The folder's own :data:`RUN_FILE` (written by :func:`record_output_run` when a run starts there) records the
+    settings, as each ``checkpoint-*`` does: a later run with other settings would rewrite that run's
+    ``config.json`` and weights with its own (a finished run keeps no ``checkpoint-*`` with ``--save_strategy no``
+    or after ``save_total_limit`` pruning), so it is refused, naming the settings that differ, unless
+    ``--overwrite_output_dir`` says to replace it (transformers' meaning: overwrite the folder's content). A
+    folder without the record (empty, or written before runs were recorded) is left to the checkpoints' records.
+
+    Raises:
+        UserError: Naming the folder, the differing settings and the two ways out.
+    """
+    folder = Path(output_dir)
+    if overwrite or not (folder / RUN_FILE).exists():
+        return
+    _check_settings(folder, settings, " holds a run that")
+
+
+def record_output_run(output_dir: str | os.PathLike[str], settings: dict[str, Any]) -> None:
+    """Write ``settings`` as ``output_dir``'s :data:`RUN_FILE`, atomically: the run that owns an output folder
+    (:func:`check_output_run`), or that saved a checkpoint (:func:`finish_checkpoint`)."""
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / (RUN_FILE + ".tmp")
+    temporary.write_text(json.dumps(settings, indent=1, sort_keys=True))
+    os.replace(temporary, folder / RUN_FILE)
 
 
 def _newest_complete(output_dir: str) -> Path:
@@ -247,6 +278,8 @@ def log_finished_run(folder: str | None, global_step: int, max_steps: int) -> No
 
 __all__ = [
     "COMPLETE_MARKER",
+    "check_output_run",
+    "record_output_run",
     "RUN_FILE",
     "TRAINER_FILES",
     "begin_checkpoint",

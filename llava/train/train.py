@@ -65,7 +65,7 @@ from llava.train.model_setup import (
 from llava.train.next_arguments import projector_only
 from llava.train.preprocess import conversation_template
 from llava.train.recipe import data_seed, planned_optimizer_steps, resolve_run_defaults
-from llava.train.resume import log_finished_run, resume_point, run_settings
+from llava.train.resume import check_output_run, log_finished_run, record_output_run, resume_point, run_settings
 from llava.train.saving import llava_config
 from llava.train.supervised_data import (
     DataCollatorForSupervisedDataset,
@@ -131,10 +131,16 @@ def check_output_dir(model_args: ModelArguments, data_args: DataArguments, train
     check_output_folder(output_dir, "--output_dir", allow=("checkpoint-*",))
 
 
-def mark_output_dir(training_args: TrainingArguments) -> None:
-    """Mark ``--output_dir`` as ours (the main process, once the data is checked), so a rerun may write there again."""
-    if training_args.should_save and not is_ours(training_args.output_dir):
+def mark_output_dir(training_args: TrainingArguments, settings: dict[str, Any] | None = None) -> None:
+    """Mark ``--output_dir`` as ours (the main process, once the data is checked), so a rerun may write there again,
+    and record the run's ``settings`` there: only a run with the same settings (or ``--overwrite_output_dir``) may
+    write there later (:func:`llava.train.resume.check_output_run`)."""
+    if not training_args.should_save:
+        return
+    if not is_ours(training_args.output_dir):
         write_text(Path(training_args.output_dir) / MARKER, "written by llava.train.train; a rerun of it may write here again\n")
+    if settings is not None:
+        record_output_run(training_args.output_dir, settings)
 
 
 def train(attn_implementation: str | None = None, argv: Sequence[str] | None = None) -> Trainer:
@@ -184,8 +190,9 @@ def _train(attn_implementation: str | None, argv: Sequence[str] | None) -> Train
     check_model_path(model_args.model_name_or_path, "--model_name_or_path")
     if model_args.vision_tower:
         check_model_path(model_args.vision_tower, "--vision_tower")
-    mark_output_dir(training_args)
     settings = run_settings(model_args, data_args, training_args, data_sources=source_files(data_args.data_path))
+    check_output_run(training_args.output_dir, settings, overwrite=training_args.overwrite_output_dir)
+    mark_output_dir(training_args, settings)
     resume_from = resume_point(
         training_args.output_dir, training_args.resume_from_checkpoint, settings,
         overwrite=training_args.overwrite_output_dir, deepspeed=bool(training_args.deepspeed),

@@ -197,3 +197,24 @@ def test_scan_reads_without_changing_and_accept_marks_more_lines_damaged(tmp_pat
 def test_the_write_probe_leaves_nothing_behind(tmp_path: Path) -> None:
     check_output_file(tmp_path / "out.json", "--out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_is_no_output_of_the_command_is_never_set_aside(tmp_path: Path) -> None:
+    # Issue 31 (V08): a video given as the answers file was read as "7 damaged lines", moved to .rejected (altered
+    # by the text round trip) and replaced; so was any file at that path. Only pieces of records are damage.
+    from llava.utils import UserError
+
+    has_id = lambda record: "id" in record  # noqa: E731
+    for name, data in (("clip.mp4", b"\x00\x00\x00\x20ftypisom\x00\x00\x02\x00mdat\xff\xfe"), ("notes.txt", b"my notes\nmore\n"),
+                       ("other.jsonl", b'{"other": 1}\n{"other": 2}\n'), ("list.json", b"[1, 2]\n")):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(UserError, match=rf"^--out '{path}' is not an output of this command \(none of its lines is one of "
+                                            r"its records; it starts with .*\), so it is left as it is"):
+            read_jsonl_resumable(path, what="--out", accept=has_id)
+        assert path.read_bytes() == data and not (tmp_path / f"{name}.rejected").exists()
+    # A run killed while writing its first record left a piece of one: that is damage, set aside as before.
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"id": 1, "te')
+    assert read_jsonl_resumable(cut, accept=has_id)[2] == 1 and cut.read_text() == ""
+    assert (tmp_path / "cut.jsonl.rejected").read_text() == '{"id": 1, "te\n'

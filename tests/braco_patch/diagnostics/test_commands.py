@@ -113,7 +113,7 @@ def test_bad_inputs_get_one_clear_sentence(tiny_tower, image_folder, tmp_path, c
     shutil.copytree(image_folder, broken)
     (broken / "zz_truncated.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     line = _error(capsys, calibrate, ["--vision-tower", str(tiny_tower), "--images", str(broken), "--n", "20"] + base)
-    assert "cannot read image" in line and "zz_truncated.png" in line
+    assert f"image file '{broken / 'zz_truncated.png'}' is not a readable image" in line
     line = _error(capsys, calibrate, ["--vision-tower", str(tiny_tower), "--images", str(image_folder), "--cutoffs", "2", "7"] + base)
     assert "cutoff C=7 is larger than the 6x6 token grid" in line
     line = _error(capsys, diagnose, ["energy", "--vision-tower", str(tiny_tower), "--images", str(image_folder), "--budgets", "40"] + base)
@@ -138,3 +138,22 @@ def test_c03_the_record_holds_the_settings_used_and_the_log_says_so(tiny_tower, 
                     str(tmp_path / "p"), "--budgets", "1", "--bases", "dct", "--probe-dim", "100000", "--no-progress"])
     probe = json.loads((tmp_path / "p" / "probe.json").read_text())
     assert probe["probe_dim"] == probe["dim"] < 100000
+
+
+def test_a_picture_over_the_pixel_bound_is_refused_as_the_loaders_refuse_it(tiny_tower, image_folder, tmp_path, capsys):
+    # C01, C02 (issue 31): calibrate and diagnose decoded a 10240x10240 PNG among the images (1.8 GB, exit 0) that
+    # every loader refuses from its header. Between one and two times PIL's bound, PIL only warns; that is refused too.
+    from PIL import Image
+
+    from tests.llava.eval.images_faults import warning_range
+
+    folder = tmp_path / "with-bomb"
+    shutil.copytree(image_folder, folder)
+    bomb = folder / "zz_big.png"
+    bomb.write_bytes(warning_range())  # a header claiming 1.5x the bound, a few hundred bytes
+    base = ["--vision-tower", str(tiny_tower), "--images", str(folder), "--no-progress"]
+    expected = f"image file '{bomb}' has more pixels than the {Image.MAX_IMAGE_PIXELS} PIL decodes safely (a possible decompression bomb)"
+    line = _error(capsys, calibrate_module.main, base + ["--out", str(tmp_path / "c"), "--n", "40", "--resamples", "1"])
+    assert line.startswith("braco calibrate: error: ") and expected in line
+    line = _error(capsys, diagnose_module.main, ["energy"] + base + ["--out", str(tmp_path / "d")])
+    assert line.startswith("braco diagnose energy: error: ") and expected in line

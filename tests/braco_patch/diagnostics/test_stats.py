@@ -9,6 +9,7 @@ import torch
 from braco_patch.diagnostics.data import InputError, list_images, load_labelled, resample_indices, split_indices
 from braco_patch.diagnostics.stats import MomentAccumulator, resampled_moments, token_moments
 from braco_patch.diagnostics.tower import load_tower
+from llava.utils import UserError
 
 from .conftest import second_moment
 
@@ -148,9 +149,10 @@ def test_unreadable_images_are_named(image_folder, tmp_path):
     first = list_images(image_folder)[0]
     (tmp_path / "cut.png").write_bytes(first.read_bytes()[:2000])
     (tmp_path / "text.jpg").write_text("not an image")
-    with pytest.raises(InputError, match=r"cannot read image '.*cut.png': image file is truncated"):
+    # The loaders' sentences (llava.mm_utils.open_image), the one image rule
+    with pytest.raises(UserError, match=r"image file '.*cut.png' is not a readable image \(damaged or truncated: image file is truncated"):
         open_image(tmp_path / "cut.png")
-    with pytest.raises(InputError, match=r"cannot read image '.*text.jpg': not an image file"):
+    with pytest.raises(UserError, match=r"image file '.*text.jpg' is not a readable image \(not a known image format\)"):
         open_image(tmp_path / "text.jpg")
     with pytest.raises(InputError, match="does not exist or is not a folder"):
         list_images(tmp_path / "nowhere")

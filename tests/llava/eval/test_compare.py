@@ -160,6 +160,24 @@ def test_out_equal_to_an_input_score_file_is_refused(tmp_path: Path) -> None:  #
         cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--json", str(b16 / "qbench.json")])
 
 
+def test_an_output_that_is_a_runs_cost_file_is_refused(tmp_path: Path) -> None:
+    # old-E03 (issue 31): the guard got the score files only; --json over a run's own cost.json replaced it.
+    v = write_results(tmp_path / "v", [60.0, 70.0], tflops=8.6, latency=40)  # GQA, MMBench
+    b16 = write_results(tmp_path / "b16", [55.0, 30.0], tflops=1.2, latency=20)
+    cost = b16 / "cost.json"
+    before = cost.read_bytes()
+    for flag in ("--json", "--out", "--figure"):
+        with pytest.raises(ValueError, match=rf"^{flag} '{cost}' is the same file as the cost file of run b16 \(cost.json\) "):
+            cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", flag, str(cost)])
+    given = tmp_path / "b16-cost.json"
+    given.write_bytes(before)
+    with pytest.raises(ValueError, match=rf"^--json '{given}' is the same file as --cost b16 "):
+        cmp.main(["--results", f"v={v}", "--results", f"b16={b16}", "--vanilla", "v", "--cost", f"b16={given}", "--json", str(given)])
+    assert cost.read_bytes() == before and given.read_bytes() == before
+    # The cost file the guard names is the one the comparison read (--cost first, else cost.json)
+    assert cmp.load_run("b16", b16).cost_source == str(cost)
+
+
 def test_out_a_folder_is_one_sentence(tmp_path: Path) -> None:  # E05
     v, b16 = _two_runs(tmp_path)
     (tmp_path / "tables").mkdir()

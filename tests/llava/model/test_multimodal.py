@@ -9,6 +9,7 @@ import torch
 
 from llava.constants import IGNORE_INDEX, IMAGE_TOKEN_INDEX
 from llava.mm_utils import get_anyres_image_grid_shape
+from llava.model.context_length import PromptTooLong
 from llava.model.language_model.llava_llama import LlavaLlamaForCausalLM
 
 from ...conftest import OFFICIAL_FOURIER_C3S7
@@ -124,12 +125,19 @@ def test_positions_mask_labels_and_truncation(loaded, monkeypatch) -> None:
         assert (new_labels[row, : embeds.shape[1] - length] == IGNORE_INDEX).all()
         assert (embeds[row, : embeds.shape[1] - length] == 0).all()
 
+    # Training (labels given) cuts each sample to tokenizer_model_max_length, as upstream does ...
     monkeypatch.setattr(model.config, "tokenizer_model_max_length", 20, raising=False)
     with torch.no_grad():
-        _, positions, new_mask, _, embeds, _ = model.prepare_inputs_labels_for_multimodal(
-            ids, None, mask, None, None, images
+        _, positions, new_mask, _, embeds, cut_labels = model.prepare_inputs_labels_for_multimodal(
+            ids, None, mask, None, labels, images
         )
-    assert embeds.shape[1] == 20 and new_mask.all() and positions is None
+    assert embeds.shape[1] == 20 and new_mask.all() and positions is None and cut_labels.shape == (2, 20)
+    # ... but an inference input is never cut: the question after the image would be lost (issue 31, V01/V03).
+    with torch.no_grad(), pytest.raises(PromptTooLong, match=rf"^the prompt is {max(lengths)} tokens with its visual "
+                                                           r"tokens, more than the 20 this model takes \(tokenizer_model_max_length\)"):
+        model.prepare_inputs_labels_for_multimodal(ids, None, mask, None, None, images)
+    with torch.no_grad(), pytest.raises(PromptTooLong):
+        model.generate(ids, attention_mask=mask, images=images, max_new_tokens=2, do_sample=False)
 
 
 def test_text_only_sample_in_a_mixed_batch(loaded) -> None:

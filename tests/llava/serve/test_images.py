@@ -75,6 +75,9 @@ def test_missing_file(tmp_path) -> None:
 def test_limits_are_validated() -> None:
     with pytest.raises(ValueError, match="max_pixels must be a positive integer, got 0"):
         ImageLimits(max_pixels=0)
-    with pytest.raises(ValueError, match="image limits must be positive"):
-        ImageLimits.from_megapixels(-1, 20)
+    for megapixels in (-1, 0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"^--max-image-megapixels must be a finite number above 0 and at most 10000"):
+            ImageLimits.from_megapixels(megapixels, 20)
+    with pytest.raises(ValueError, match=r"^--max-upload-mb must be a finite number above 0"):
+        ImageLimits.from_megapixels(25, float("inf"))
     assert ImageLimits.from_megapixels(25, 20) == ImageLimits()

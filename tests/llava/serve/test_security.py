@@ -297,5 +297,7 @@ def test_addresses_are_checked_before_anything_starts(tmp_path: Path) -> None:
         model_worker.main(model + ["--max-pending-mb", "8"])
     with pytest.raises(ValueError, match=r"^--controller-url: 'localhost:1' is not an http:// or https:// URL"):
         gradio_web_server.main(["--controller-url", "localhost:1"], block=False)
-    with pytest.raises(ValueError, match=r"^--limit-concurrency must be an integer of at least 2, got 0"):
+    with pytest.raises(SystemExit):  # argparse: "argument --limit-concurrency: expected an integer from 2 to 1000000, got 0"
         gradio_web_server.main(["--limit-concurrency", "0"], block=False)
+    with pytest.raises(ValueError, match=r"^--limit-concurrency must be an integer from 2 to 1000000, got 0"):
+        ServerLimits(limit_concurrency=0)

@@ -60,16 +60,33 @@ def test_host_this_machine_cannot_listen_on() -> None:
     flags.check_bind("127.0.0.1", None)  # the page's default: gradio picks a port
 
 
-@pytest.mark.parametrize("flag, value", [("--heartbeat-interval", "0"), ("--stream-interval", "0")])
-def test_worker_interval_flags_are_checked_before_the_load(flag: str, value: str) -> None:
-    with pytest.raises(UserError, match=f"^{flag} must be"):
+@pytest.mark.parametrize("flag, value", [("--heartbeat-interval", "0"), ("--heartbeat-interval", "inf"), ("--stream-interval", "0"),
+                                         ("--max-pending-mb", "nan"), ("--max-image-megapixels", "inf"), ("--body-timeout", "1e300")])
+def test_worker_numeric_flags_are_checked_before_the_load(flag: str, value: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
         model_worker.main(["--model-path", MISSING, "--device", "cpu", "--port", str(free_port()), flag, value])
+    assert exit_info.value.code == 2 and f"argument {flag}" in capsys.readouterr().err
 
 
+# S14, S15 (issue 31): "> 0" let inf through; the controller then failed at every relay (time_t overflow) or in its
+# sweeper thread. Every value that is not a finite number of seconds up to a week is refused before it starts.
 @pytest.mark.parametrize("flag", ["--heartbeat-expiration", "--stream-timeout"])
-def test_controller_timing_flags_name_the_flag(flag: str) -> None:
-    with pytest.raises(UserError, match=f"^{flag} must be a positive number of seconds, got 0.0"):
-        controller.main([flag, "0", "--port", str(free_port())])
+@pytest.mark.parametrize("value", ["0", "inf", "nan", "-5", "1e9"])
+def test_controller_timing_flags_name_the_flag(flag: str, value: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        controller.main([flag, value, "--port", str(free_port())])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2
+    assert err.endswith(f"argument {flag}/{flag.replace('-', '_').replace('__', '--')}: expected a finite number above 0 "
+                        f"and at most 604800 (seconds), got '{value}'")
+
+
+def test_a_controller_built_in_code_checks_its_timeouts_too() -> None:
+    from llava.serve.controller import Controller
+
+    for keyword in ("heartbeat_expiration", "stream_timeout"):
+        with pytest.raises(UserError, match=rf"^{keyword} \(--[a-z-]+\) must be a finite number above 0"):
+            Controller(**{keyword: float("inf")})
 
 
 def test_model_path_that_is_a_file(tmp_path: Path) -> None:

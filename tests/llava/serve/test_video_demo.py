@@ -42,6 +42,30 @@ def test_engine_video_requests(braco_engine, clip: Path) -> None:
     both = list(braco_engine.generate_stream({"prompt": "<image> hi", "videos": [video], "images": [video]}))
     assert both[-1].error_code != 0 and "either images or one video" in both[-1].text
     broken = list(braco_engine.generate_stream({"prompt": "<image> hi", "videos": [base64.b64encode(b"nope" * 40).decode()]}))
-    assert broken[-1].error_code != 0 and "uploaded video" in broken[-1].text
+    assert broken[-1].error_code != 0 and "neither an image nor a video this server can read" in broken[-1].text
     view = braco_engine.compressor_view({"videos": [video]})
     assert view["available"] and view["frames"] == 16 and view["video_tokens"] == 144
+
+
+def test_engine_refuses_a_prompt_over_the_models_limit_before_decoding(braco_engine, clip: Path, monkeypatch) -> None:
+    # Issue 31 (V01's worker side): the worker checked only max_position_embeddings, after decoding the frames,
+    # while the splice cut at tokenizer_model_max_length; both limits are held now, the frames decoded only if they fit.
+    from llava.video import VideoPlan
+
+    decoded = []
+    original = VideoPlan.decode
+    monkeypatch.setattr(VideoPlan, "decode", lambda self: decoded.append(self) or original(self))
+    monkeypatch.setattr(braco_engine.model.config, "tokenizer_model_max_length", 100, raising=False)
+    video = base64.b64encode(clip.read_bytes()).decode("ascii")
+    prompt = "USER: <image>\nWhat moves? ASSISTANT:"
+    chunks = list(braco_engine.generate_stream({"prompt": prompt, "videos": [video], "max_new_tokens": 3, "temperature": 0}))
+    assert chunks[-1].error_code != 0 and decoded == []
+    assert "with its visual tokens, more than the 100 this model takes (tokenizer_model_max_length); clear the history" in chunks[-1].text
+    from PIL import Image
+
+    from llava.serve.images import encode_image_base64
+
+    image = encode_image_base64(Image.new("RGB", (32, 32), (10, 200, 10)))
+    monkeypatch.setattr(braco_engine.model.config, "tokenizer_model_max_length", 5, raising=False)
+    chunks = list(braco_engine.generate_stream({"prompt": prompt, "images": [image], "max_new_tokens": 3, "temperature": 0}))
+    assert chunks[-1].error_code != 0 and "more than the 5 this model takes (tokenizer_model_max_length)" in chunks[-1].text

@@ -94,8 +94,10 @@ def test_next_defaults_are_next_s() -> None:
     (["--mm_vision_tower_lr", "-1", "--mm_tunable_parts", "mm_vision_tower", "--vision_tower", "t"], "finite, >= 0"),
     (["--mm_spatial_pool_mode", "avg"], "--mm_spatial_pool_mode must be one of bilinear, average, max, got 'avg'"),
     (["--mm_newline_position", "row"], "--mm_newline_position must be one of grid, frame, one_token, no_token"),
-    (["--mm_spatial_pool_stride", "0"], "--mm_spatial_pool_stride must be at least 1"),
-    (["--frames_upbound", "-1"], "--frames_upbound must be at least 0"),
+    (["--mm_spatial_pool_stride", "0"], "--mm_spatial_pool_stride must be a positive integer, got 0"),
+    (["--frames_upbound", "-1"], "--frames_upbound must be an integer from 0 to 4096 (0: one frame per second, no cap), got -1"),
+    (["--frames_upbound", "100000"], "--frames_upbound must be an integer from 0 to 4096"),
+    (["--frames_upbound", "0", "--force_sample", "True"], "--force_sample takes --frames_upbound evenly spread frames"),
     (["--video_folder", "/no/such/videos"], "--video_folder '/no/such/videos' is not a folder"),
     (["--attn_implementation", "flash"], "--attn_implementation must be one of flash_attention_2, sdpa, eager"),
 ])

@@ -206,3 +206,25 @@ def test_a_missing_model_folder_is_named_before_anything_loads(tmp_path, tiny_ba
     argv[argv.index(flag) + 1] = missing
     with pytest.raises(UserError, match=rf"{flag} '{missing}' does not exist"):
         train(argv=argv)
+
+
+def test_a_finished_run_without_checkpoints_is_not_taken_over_by_another_run(tmp_path, tiny_base_llm, tiny_tower_dir,
+                                                                            train_data, monkeypatch):
+    # Issue 31, T01: a run that kept no checkpoint-* (--save_strategy no) left only the .llava-output marker, so a
+    # second run with another projector took the folder as its own and rewrote the first run's model.
+    output = tmp_path / "run"
+    argv = _with(stage1_flags(tiny_base_llm, tiny_tower_dir, train_data, "mlp2x_gelu", output), "--save_strategy", "no")
+    train(argv=argv + ["--max_steps", "2"])
+    assert not list(output.glob("checkpoint-*")) and json.loads((output / RUN_FILE).read_text())["mm_projector_type"] == "mlp2x_gelu"
+    before = {path.name: path.read_bytes() for path in output.iterdir() if path.is_file()}
+    other = _with(argv, "--mm_projector_type", "linear") + ["--max_steps", "2"]
+    monkeypatch.setattr("llava.train.train.build_model", lambda *args, **kwargs: pytest.fail("the model loaded"))
+    with pytest.raises(UserError, match=rf"^{output} holds a run that was trained with other settings \(mm_projector_type "
+                                        r"differs\); pass --overwrite_output_dir to start afresh, or use a new --output_dir$"):
+        train(argv=other)
+    assert {path.name: path.read_bytes() for path in output.iterdir() if path.is_file()} == before
+    monkeypatch.undo()
+    train(argv=other + ["--overwrite_output_dir", "True"])  # explicit: the folder becomes the new run's
+    assert json.loads((output / "config.json").read_text())["mm_projector_type"] == "linear"
+    assert json.loads((output / RUN_FILE).read_text())["mm_projector_type"] == "linear"
+    train(argv=other)  # the same settings again: its own folder
