@@ -238,7 +238,26 @@ def _llava_config(model_path: str, changes: ConfigChanges | None = None) -> tupl
         logger.info("overwriting config %s = %r", key, value)
         setattr(config, key, value)
     check_llava_config(model_path, config)
+    _place_tower(config, source)
     return entry, config
+
+
+def _place_tower(config: Any, folder: str) -> None:
+    """Point the config at its tower as :func:`resolve_tower_path` finds it from ``folder`` (the checkpoint).
+
+    The model is built from the base LLM for stage-1 and LoRA checkpoints, so the tower must be found here, where
+    the checkpoint's folder is known. A tower found beside the checkpoint is stored as an absolute path, which
+    stays right if this model is saved elsewhere.
+    """
+    from .multimodal_encoder.location import TOWER_KEYS, resolve_tower_path
+
+    for key in TOWER_KEYS:
+        name = getattr(config, key, None)
+        if isinstance(name, str) and name:
+            found = resolve_tower_path(name, folder)
+            if found != os.path.expanduser(name):
+                logger.info("vision tower %r read from the checkpoint's folder: %s", name, found)
+                setattr(config, key, found)
 
 
 def _check_base(entry: LanguageModelEntry, model_path: str, model_base: str) -> None:
