@@ -46,7 +46,7 @@ from .checks import (
     check_weight_files,
     reading_config,
 )
-from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
+from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint, resolve_language_model
 from .tokenizer_loading import load_tokenizer
 from .weights_io import load_projector_weights, load_weights_file, projector_state_dict
 
@@ -99,8 +99,11 @@ def load_pretrained_model(
             is float16 on CUDA and float32 on every other device (:func:`llava.devices.default_dtype`).
 
     Returns:
-        ``(tokenizer, model, image_processor, context_len)``; ``image_processor`` is ``None`` for a plain LLM,
-        ``context_len`` is ``config.max_sequence_length`` or 2048.
+        ``(tokenizer, model, image_processor, context_len)``; ``image_processor`` is ``None`` for a plain LLM.
+        ``context_len`` follows the project the call comes from (:func:`context_length`): upstream LLaVA's
+        ``config.max_sequence_length`` or 2048, or, when a LLaVA-NeXT keyword is passed or the checkpoint is of
+        a NeXT-only family (``llava_qwen``), NeXT's ``max_sequence_length``, ``max_position_embeddings``,
+        ``tokenizer_model_max_length``, then 2048 (a OneVision Qwen2 checkpoint: 32768).
 
     Raises:
         ValueError: For a folder that is not a checkpoint (naming what it holds and what was expected), an
@@ -126,12 +129,15 @@ def load_pretrained_model(
         load_kwargs["attn_implementation"] = attn_implementation
     changes = ConfigChanges(customized_config, dict(overwrite_config or {}))
 
+    next_call = any(value is not None for value in (torch_dtype, attn_implementation, customized_config, overwrite_config))
+    next_call = next_call or bool(multimodal)
+
     kind = checkpoint_kind(model_path, model_base, model_name, multimodal=multimodal)
     check_generation_config(model_path if kind == "llava_full" or not model_base else model_base)
     logger.info("loading %s as %s (base: %s)", model_path, kind, model_base)
     if kind == "language_model":
         tokenizer, model = _load_language_model(model_path, model_base, load_kwargs)
-        return tokenizer, model, None, _context_length(model)
+        return tokenizer, model, None, context_length(model.config, next_rule=next_call)
     if kind == "llava_lora":
         tokenizer, model = _load_llava_lora(model_path, model_base, load_kwargs, changes)
     elif kind == "llava_projector":
@@ -141,7 +147,8 @@ def load_pretrained_model(
 
     image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device,
                                           trained_tower_from=model_path if kind == "llava_full" else None)
-    return tokenizer, model, image_processor, _context_length(model)
+    next_layout = resolve_language_model(model.config.model_type).next_layout
+    return tokenizer, model, image_processor, context_length(model.config, next_rule=next_call or next_layout)
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -187,8 +194,23 @@ def _precision_kwargs(load_8bit: bool, load_4bit: bool, device: str, kwargs: dic
     return {"dtype": default_dtype(device) if dtype is None else dtype}
 
 
-def _context_length(model: PreTrainedModel) -> int:
-    return int(getattr(model.config, "max_sequence_length", None) or DEFAULT_CONTEXT_LENGTH)
+#: The config keys each project's ``load_pretrained_model`` reads its ``context_len`` from, first set value wins.
+UPSTREAM_CONTEXT_KEYS = ("max_sequence_length",)
+NEXT_CONTEXT_KEYS = ("max_sequence_length", "max_position_embeddings", "tokenizer_model_max_length")
+
+
+def context_length(config: Any, next_rule: bool = False) -> int:
+    """The ``context_len`` ``load_pretrained_model`` returns for a model of ``config``.
+
+    Upstream LLaVA returns ``max_sequence_length`` or 2048 (2048 for LLaVA-1.5, whose LLaMA configs have no such
+    key); LLaVA-NeXT's loader falls back on ``max_position_embeddings`` and then ``tokenizer_model_max_length``
+    before 2048 (``next_rule``). NeXT tests the keys with ``hasattr``; here a key set to ``None`` counts as absent.
+    """
+    for key in NEXT_CONTEXT_KEYS if next_rule else UPSTREAM_CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if value:
+            return int(value)
+    return DEFAULT_CONTEXT_LENGTH
 
 
 def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
