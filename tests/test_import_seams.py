@@ -35,6 +35,7 @@ SEAM = {
     "braco_patch/diagnostics/commands.py": "`braco diagnose` / `calibrate` check --out and --device with llava's rules",
     "braco_patch/diagnostics/report.py": "the diagnostics' files are written through llava's atomic writers",
     "braco_patch/demo.py": "`braco demo` writes its folder through llava's output guard",
+    "braco_patch/export.py": "`braco export --official` finds the tower by llava's rule and writes through its output guard",
 }
 
 
