@@ -7,12 +7,17 @@ BIN := $(VENV)/bin
 
 .PHONY: install demo quickstart test lint bench lmms-eval-check vllm-check gpu-check clean
 
+# pip shows what it collects and installs (the project's dependencies take minutes on a fresh machine).
 $(BIN)/.installed: setup.py
+	@echo "== [1/3] virtualenv $(VENV) and an up-to-date pip"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@echo "== [2/3] $(TORCH) (the CPU build unless TORCH says otherwise)"
+	$(BIN)/python -m pip install --progress-bar on "$(TORCH)"
+	@echo "== [3/3] this project, editable, with its dev extra (transformers, gradio, pytest, ...)"
+	$(BIN)/python -m pip install --progress-bar on -e ".[dev]"
 	touch $@
+	@echo "== installed; run 'source $(BIN)/activate' to use braco and python -m llava... in your shell"
 
 install: $(BIN)/.installed
 
@@ -37,12 +42,16 @@ bench: install
 
 # lmms-eval 0.7.3 end to end on tiny checkpoints (--model llava on a Braco one; --model llava_onevision on an image and
 # a video task), in its own virtualenv (lmms-eval pins wandb, hence protobuf < 7, which must not leak into the main
-# one; its llava_onevision module imports decord, which its video-legacy extra brings). See README, "lmms-eval".
+# one; its llava_onevision module imports decord, which its video-legacy extra brings). See docs/EVALUATION.md.
+# filelock < 4: lmms-eval 0.7.3 imports filelock._api, which filelock 4 removed, and does not declare filelock.
+# lmms-eval requires torchvision, which PyPI has only as CUDA builds: this virtualenv gets the torch that torchvision
+# pins (a CUDA build, several GB), not $(TORCH); it still runs on the CPU.
 LMMS_VENV ?= .venv-lmms-eval
+LMMS_PINS ?= "lmms-eval[video-legacy]==0.7.3" "filelock<4"
 $(LMMS_VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(LMMS_VENV)
-	$(LMMS_VENV)/bin/python -m pip install --quiet "$(TORCH)"
-	$(LMMS_VENV)/bin/python -m pip install --quiet -e ".[dev]" "lmms-eval[video-legacy]==0.7.3"
+	$(LMMS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LMMS_VENV)/bin/python -m pip install --progress-bar on -e ".[dev]" $(LMMS_PINS)
 	touch $@
 
 lmms-eval-check: $(LMMS_VENV)/.installed

@@ -13,6 +13,7 @@ COMMANDS = {
     "cost": ("braco_patch.cost.cli", "prefill FLOPs (paper Table 1), compressor stages, and measured latency/memory"),
     "diagnose": ("braco_patch.diagnose", "energy retention, readability and linear probes of a vision tower per basis"),
     "calibrate": ("braco_patch.calibrate", "label-free coef/idct crossover K_b* of a vision tower on your images"),
+    "export": ("braco_patch.export", "a copy of a checkpoint in the official Braco code's format (--official IN OUT)"),
 }
 
 

@@ -5,11 +5,13 @@ A :class:`Conversation` holds a system text, two role names and a list of ``[rol
 message is an open turn, i.e. the place where the model continues. The gradio demo stores the first
 user turn as a tuple ``(text, PIL image, image_process_mode)``; it renders as ``"<image>\\n" + text``.
 
-``conv_templates`` holds upstream LLaVA's templates under upstream's keys, plus LLaVA-NeXT's ChatML
-templates for Qwen (``qwen_1_5``, ``qwen_2``, ``qwen_2_5``), with the same system texts, roles, separators
-and version strings, so that prompts (and therefore token ids) match checkpoints trained with upstream
-code. The templates are shared objects: ``.copy()`` (upstream's idiom) or ``copy.deepcopy`` (LLaVA-NeXT's) one
-before appending messages; appending to the shared template itself is refused.
+``conv_templates`` holds upstream LLaVA's templates under upstream's keys, plus LLaVA-NeXT's (ChatML for Qwen:
+``qwen_1_5``, ``qwen_2``, ``qwen_2_5``; ``llava_llama_3``, ``gemma_instruct``, ``mistral_orca``,
+``mistral_zephyr``, ``llava_llama_2_simple``, ``llava_llama_2_mmtag``), with the same system texts, roles,
+separators and version strings, so that prompts (and therefore token ids) match checkpoints trained with upstream
+code. The templates are shared objects:
+``.copy()`` (upstream's idiom) or ``copy.deepcopy`` (LLaVA-NeXT's) one before appending messages; appending to
+the shared template itself is refused.
 
 :func:`template_for_model` is the one place that picks a template from a model name (eval, serve and
 ``run_llava`` all call it), and :func:`check_template_fits` refuses a template whose special tokens the
@@ -67,6 +69,8 @@ class SeparatorStyle(Enum):
     PLAIN = auto()
     LLAMA_2 = auto()
     CHATML = auto()
+    LLAMA_3 = auto()
+    GEMMA = auto()
 
 
 def _message_text(message: Message) -> str | None:
@@ -144,12 +148,19 @@ class Conversation:
         * ``PLAIN``: ``system``, then each message followed by ``sep`` (user) or ``sep2`` (assistant).
         * ``CHATML`` (LLaVA-NeXT's Qwen style): ``system + sep + "\\n"`` (nothing for an empty system),
           then ``role + "\\n" + msg + sep + "\\n"``; open turn ``role + "\\n"``.
+        * ``LLAMA_3`` (LLaVA-NeXT's ``llava_llama_3``, which renders through Llama-3-Instruct's chat template):
+          ``"<|begin_of_text|>"``, then the system and every non-empty turn as ``"<|start_header_id|>" + role +
+          "<|end_header_id|>\\n\\n" + msg.strip() + sep`` (``sep`` = ``<|eot_id|>``), then always an open
+          assistant header.
+        * ``GEMMA`` (LLaVA-NeXT's ``gemma_instruct``): no system text; ``role + msg + sep``, open turn ``role``;
+          turns must alternate user, model.
 
         Returns:
             The prompt string.
 
         Raises:
-            ValueError: For a ``LLAMA_2`` conversation whose first turn is open or not from the user.
+            ValueError: For a ``LLAMA_2`` conversation whose first turn is open or not from the user, or a
+                ``GEMMA`` one whose turns do not alternate.
         """
         return _PROMPT_RENDERERS[self.sep_style](self, self._turns())
 
@@ -214,6 +225,22 @@ class Conversation:
         parts = [f"{self.system}{self.sep}\n"] if self.system else []
         for role, text in turns:
             parts.append(f"{role}\n{text}{self.sep}\n" if text else f"{role}\n")
+        return "".join(parts)
+
+    def _render_llama_3(self, turns: Sequence[tuple[str, str | None]]) -> str:
+        # Llama-3-Instruct's chat template with add_generation_prompt: bos, each message's content stripped.
+        parts = [_LLAMA_3_BOS]
+        for role, text in [("system", self.system), *((role, text) for role, text in turns if text)]:
+            parts.append(f"{_LLAMA_3_HEADER[0]}{role}{_LLAMA_3_HEADER[1]}\n\n{(text or '').strip()}{self.sep}")
+        parts.append(f"{_LLAMA_3_HEADER[0]}assistant{_LLAMA_3_HEADER[1]}\n\n")
+        return "".join(parts)
+
+    def _render_gemma(self, turns: Sequence[tuple[str, str | None]]) -> str:
+        parts = []
+        for index, (role, text) in enumerate(turns):
+            if role != self.roles[index % 2]:
+                raise ValueError(f"a GEMMA conversation alternates {self.roles[0]!r} and {self.roles[1]!r}; turn {index} is {role!r}")
+            parts.append(f"{role}{text}{self.sep}" if text else role)
         return "".join(parts)
 
     # ------------------------------------------------------------------ editing
@@ -348,6 +375,8 @@ _PROMPT_RENDERERS: dict[SeparatorStyle, Callable[[Conversation, Sequence[tuple[s
     SeparatorStyle.LLAMA_2: Conversation._render_llama_2,
     SeparatorStyle.PLAIN: Conversation._render_plain,
     SeparatorStyle.CHATML: Conversation._render_chatml,
+    SeparatorStyle.LLAMA_3: Conversation._render_llama_3,
+    SeparatorStyle.GEMMA: Conversation._render_gemma,
 }
 
 
@@ -356,6 +385,9 @@ _PROMPT_RENDERERS: dict[SeparatorStyle, Callable[[Conversation, Sequence[tuple[s
 # LLaMA's sentence markers (the TWO and LLAMA_2 separators) and ChatML's role markers: each must be one token.
 _BOS, _EOS = "<s>", "</s>"
 _CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
+# Llama 3's: the text start, a role header's brackets and the end of a turn (<|eot_id|>, id 128009).
+_LLAMA_3_BOS, _LLAMA_3_HEADER, _LLAMA_3_EOT = "<|begin_of_text|>", ("<|start_header_id|>", "<|end_header_id|>"), "<|eot_id|>"
+_GEMMA_TURN = ("<start_of_turn>", "<end_of_turn>")
 
 _HUMAN_SYSTEM = (
     "A chat between a curious human and an artificial intelligence assistant. "
@@ -564,6 +596,59 @@ conv_llava_v1_mmtag = Conversation(
     required_tokens=(_EOS,),
 )
 
+# LLaVA-NeXT's further templates (LLaVA-VL/LLaVA-NeXT llava/conversation.py, its keys and strings).
+_LLAVA_LLAMA_2_SIMPLE_SYSTEM = "Answer the questions about the visual content that the user provides."
+
+conv_llava_llama_2_simple = dataclasses.replace(conv_llava_llama_2, system=_LLAVA_LLAMA_2_SIMPLE_SYSTEM)
+
+conv_llava_llama_2_mmtag = dataclasses.replace(
+    conv_llava_llama_2,
+    # NeXT joins the two sentences without a space.
+    system=_LLAVA_LLAMA_2_SIMPLE_SYSTEM + "The visual content will be provided with the following format: <Image>visual content</Image>.",
+    version="llama_v2_mmtag",
+)
+
+conv_llava_llama_3 = Conversation(
+    system=_LLAVA_LLAMA_2_SYSTEM,
+    roles=("user", "assistant"),
+    messages=(),
+    offset=0,
+    sep_style=SeparatorStyle.LLAMA_3,
+    sep=_LLAMA_3_EOT,
+    version="llama_v3",
+    required_tokens=(_LLAMA_3_BOS, *_LLAMA_3_HEADER, _LLAMA_3_EOT),
+)
+
+conv_mistral_orca = dataclasses.replace(
+    conv_mpt,
+    system=(
+        "<|im_start|>system\nYou are MistralOrca, a large language model trained by Alignment Lab AI. "
+        "Write out your reasoning step-by-step to be sure you get the right answers!"
+    ),
+)
+
+conv_mistral_zephyr = Conversation(
+    system="<|system|>\nYou are a helpful AI assistant.",
+    roles=("<|user|>\n", "<|assistant|>\n"),
+    messages=(),
+    offset=0,
+    sep_style=SeparatorStyle.MPT,
+    sep=_EOS,
+    version="mpt",
+    required_tokens=(_EOS,),
+)
+
+conv_gemma_instruct = Conversation(
+    system="",
+    roles=(_GEMMA_TURN[0] + "user\n", _GEMMA_TURN[0] + "model\n"),
+    messages=(),
+    offset=0,
+    sep_style=SeparatorStyle.GEMMA,
+    sep=_GEMMA_TURN[1] + "\n",
+    version="gemma",
+    required_tokens=_GEMMA_TURN,
+)
+
 default_conversation = conv_vicuna_v1
 
 conv_templates: dict[str, Conversation] = {
@@ -587,6 +672,14 @@ conv_templates: dict[str, Conversation] = {
     "qwen_1_5": conv_qwen,
     "qwen_2": conv_qwen,
     "qwen_2_5": conv_qwen_2_5,
+    # LLaVA-NeXT's templates that upstream lacks. (NeXT also names v0_mmtag / v1_mmtag llava_v0_mmtag /
+    # llava_v1_mmtag; those keys are left out: upstream's stage-1 rule would then pick them for "llava_v1".)
+    "llava_llama_2_simple": conv_llava_llama_2_simple,
+    "llava_llama_2_mmtag": conv_llava_llama_2_mmtag,
+    "llava_llama_3": conv_llava_llama_3,
+    "mistral_orca": conv_mistral_orca,
+    "mistral_zephyr": conv_mistral_zephyr,
+    "gemma_instruct": conv_gemma_instruct,
 }
 
 # ---------------------------------------------------------------------- model name -> template

@@ -37,6 +37,7 @@ SEAM = {
     "braco_patch/diagnostics/data.py": "the diagnostics open images by llava's one image rule (the pixel bound)",
     "braco_patch/argtypes.py": "the braco commands' numeric flags follow llava's one numeric rule",
     "braco_patch/demo.py": "`braco demo` writes its folder through llava's output guard",
+    "braco_patch/export.py": "`braco export --official` finds the tower by llava's rule and writes through its output guard",
 }
 
 

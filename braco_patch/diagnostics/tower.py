@@ -7,7 +7,7 @@ Accepted ``--vision-tower`` folders:
   with its ``preprocessor_config.json`` (without one, the tower's default processor at its ``image_size`` is
   used, and a warning says so);
 - a LLaVA checkpoint whose ``config.json`` names the tower in ``mm_vision_tower`` (an absolute folder, or one
-  relative to the checkpoint or the working directory). Its ``mm_vision_select_layer`` becomes the default
+  relative to the working directory or, failing that, to the checkpoint: the loaders' rule). Its ``mm_vision_select_layer`` becomes the default
   layer. The key is read from JSON.
 
 Towers are built only through that registry (``build_vision_tower``), so the diagnostics see exactly the
@@ -53,11 +53,13 @@ def resolve_tower_path(path: str | Path) -> tuple[Path, dict[str, Any]]:
     config = _read_config(folder)
     if "mm_vision_tower" not in config:
         return folder, {}
+    from llava.model.multimodal_encoder.location import resolve_tower_path as loaders_rule
+
     name = str(config["mm_vision_tower"])
-    for candidate in (Path(name), folder / name, Path.cwd() / name):
-        if candidate.is_dir():
-            settings = {k: config[k] for k in ("mm_vision_select_layer", "mm_vision_select_feature") if k in config}
-            return candidate, settings
+    candidate = Path(loaders_rule(name, folder))  # the working directory's folder, else the one beside the checkpoint
+    if candidate.is_dir():
+        settings = {k: config[k] for k in ("mm_vision_select_layer", "mm_vision_select_feature") if k in config}
+        return candidate, settings
     raise InputError(f"mm_vision_tower {name!r} in {str(folder / 'config.json')!r} is not a local folder; download the tower "
                      "and pass its folder as --vision-tower")
 

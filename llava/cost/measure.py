@@ -31,6 +31,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .kineto import without_trace_markers
 from .presets import PipelineSpec
 
 __all__ = [
@@ -163,7 +164,7 @@ def profiler_flops(fn: Callable[[], Any], device: torch.device) -> dict[str, int
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities, with_flops=True) as prof:
+    with without_trace_markers(), torch.profiler.profile(activities=activities, with_flops=True) as prof:
         fn()
         _sync(device)
     matmul = other = 0

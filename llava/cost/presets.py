@@ -15,6 +15,7 @@ to it).
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,10 +345,12 @@ def load_spec(path: str | Path, vision_config: str | Path | None = None) -> Pipe
     elif isinstance(values.get("vision_config"), dict):
         vision = _vision_from_dict(values["vision_config"], source)
     elif values.get("mm_vision_tower"):
+        from llava.model.multimodal_encoder.location import resolve_tower_path
+
         tower = values["mm_vision_tower"]
-        local = Path(tower) if Path(tower).is_absolute() else resolved.parent / tower
-        if local.is_dir() or Path(tower).is_dir():
-            vision = load_vision_config(local if local.is_dir() else tower)
+        local = resolve_tower_path(tower, resolved.parent)  # the loaders' rule: working directory, then beside the config
+        if os.path.isdir(local):
+            vision = load_vision_config(local)
         elif tower in KNOWN_TOWERS:
             vision = KNOWN_TOWERS[tower]()
         else:

@@ -122,8 +122,10 @@ def model_fingerprint(model_path: str | None) -> dict[str, Any] | None:
     record: dict[str, Any] = {"path": os.path.realpath(folder), "fingerprint": folder_fingerprint(folder)}
     tower = _tower_name(folder)
     if tower is not None:
-        # The loader resolves a relative tower path from the working directory, as upstream does.
-        record["vision_tower"] = _location(tower)
+        from llava.model.multimodal_encoder.location import resolve_tower_path
+
+        # The folder the loader reads: the working directory's, else the one beside the checkpoint.
+        record["vision_tower"] = _location(resolve_tower_path(tower, folder))
     return record
 
 

@@ -45,7 +45,7 @@ from .checks import (
     reading_config,
 )
 from .config_changes import ConfigChanges
-from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
+from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint, resolve_language_model
 from .tokenizer_loading import load_tokenizer
 from .weights_io import load_projector_weights, load_weights_file, projector_state_dict, strip_lora_prefixes
 
@@ -100,8 +100,11 @@ def load_pretrained_model(
             is float16 on CUDA and float32 on every other device (:func:`llava.devices.default_dtype`).
 
     Returns:
-        ``(tokenizer, model, image_processor, context_len)``; ``image_processor`` is ``None`` for a plain LLM,
-        ``context_len`` is ``config.max_sequence_length`` or 2048.
+        ``(tokenizer, model, image_processor, context_len)``; ``image_processor`` is ``None`` for a plain LLM.
+        ``context_len`` follows the project the call comes from (:func:`context_length`): upstream LLaVA's
+        ``config.max_sequence_length`` or 2048, or, when a LLaVA-NeXT keyword is passed or the checkpoint is of
+        a NeXT-only family (``llava_qwen``), NeXT's ``max_sequence_length``, ``max_position_embeddings``,
+        ``tokenizer_model_max_length``, then 2048 (a OneVision Qwen2 checkpoint: 32768).
 
     Raises:
         ValueError: For a folder that is not a checkpoint (naming what it holds and what was expected), an
@@ -127,12 +130,15 @@ def load_pretrained_model(
         load_kwargs["attn_implementation"] = attn_implementation
     changes = ConfigChanges.checked(customized_config, overwrite_config)
 
+    next_call = any(value is not None for value in (torch_dtype, attn_implementation, customized_config, overwrite_config))
+    next_call = next_call or bool(multimodal)
+
     kind = checkpoint_kind(model_path, model_base, model_name, multimodal=multimodal)
     check_generation_config(model_path if kind == "llava_full" or not model_base else model_base)
     logger.info("loading %s as %s (base: %s)", model_path, kind, model_base)
     if kind == "language_model":
         tokenizer, model = _load_language_model(model_path, model_base, load_kwargs)
-        return tokenizer, model, None, _context_length(model)
+        return tokenizer, model, None, context_length(model.config, next_rule=next_call)
     if kind == "llava_lora":
         tokenizer, model = _load_llava_lora(model_path, model_base, load_kwargs, changes)
     elif kind == "llava_projector":
@@ -142,7 +148,8 @@ def load_pretrained_model(
 
     image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device,
                                           trained_tower_from=model_path if kind == "llava_full" else None)
-    return tokenizer, model, image_processor, _context_length(model)
+    next_layout = resolve_language_model(model.config.model_type).next_layout
+    return tokenizer, model, image_processor, context_length(model.config, next_rule=next_call or next_layout)
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -188,8 +195,23 @@ def _precision_kwargs(load_8bit: bool, load_4bit: bool, device: str, kwargs: dic
     return {"dtype": default_dtype(device) if dtype is None else dtype}
 
 
-def _context_length(model: PreTrainedModel) -> int:
-    return int(getattr(model.config, "max_sequence_length", None) or DEFAULT_CONTEXT_LENGTH)
+#: The config keys each project's ``load_pretrained_model`` reads its ``context_len`` from, first set value wins.
+UPSTREAM_CONTEXT_KEYS = ("max_sequence_length",)
+NEXT_CONTEXT_KEYS = ("max_sequence_length", "max_position_embeddings", "tokenizer_model_max_length")
+
+
+def context_length(config: Any, next_rule: bool = False) -> int:
+    """The ``context_len`` ``load_pretrained_model`` returns for a model of ``config``.
+
+    Upstream LLaVA returns ``max_sequence_length`` or 2048 (2048 for LLaVA-1.5, whose LLaMA configs have no such
+    key); LLaVA-NeXT's loader falls back on ``max_position_embeddings`` and then ``tokenizer_model_max_length``
+    before 2048 (``next_rule``). NeXT tests the keys with ``hasattr``; here a key set to ``None`` counts as absent.
+    """
+    for key in NEXT_CONTEXT_KEYS if next_rule else UPSTREAM_CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if value:
+            return int(value)
+    return DEFAULT_CONTEXT_LENGTH
 
 
 def _load_tokenizer(path: str) -> PreTrainedTokenizerBase:
@@ -223,7 +245,27 @@ def _llava_config(model_path: str, changes: ConfigChanges | None = None) -> tupl
     changes = changes if changes is not None else ConfigChanges()
     for key, value in changes.overwrite.items():
         logger.info("overwriting config %s = %r", key, value)
-    return entry, changes.config(entry.config_class, model_path)
+    config = changes.config(entry.config_class, model_path)
+    _place_tower(config, model_path)
+    return entry, config
+
+
+def _place_tower(config: Any, folder: str) -> None:
+    """Point the config at its tower as :func:`resolve_tower_path` finds it from ``folder`` (the checkpoint).
+
+    The model is built from the base LLM for stage-1 and LoRA checkpoints, so the tower must be found here, where
+    the checkpoint's folder is known. A tower found beside the checkpoint is stored as an absolute path, which
+    stays right if this model is saved elsewhere.
+    """
+    from .multimodal_encoder.location import TOWER_KEYS, resolve_tower_path
+
+    for key in TOWER_KEYS:
+        name = getattr(config, key, None)
+        if isinstance(name, str) and name:
+            found = resolve_tower_path(name, folder)
+            if found != os.path.expanduser(name):
+                logger.info("vision tower %r read from the checkpoint's folder: %s", name, found)
+                setattr(config, key, found)
 
 
 def _check_base(entry: LanguageModelEntry, model_path: str, model_base: str) -> None:

@@ -9,16 +9,20 @@ with ``qwen_1_5``). Differences from
 the paper's settings, because the models are tiny and start from random weights: learning rate 1e-3 in
 stage 2 (not 2e-5), several epochs, batch 16.
 
-``--video`` runs the same steps on short clips of moving shapes (:mod:`.video`: questions about order and motion),
+``--video`` runs the same steps on short clips of moving shapes (:mod:`.video`: questions about order and motion) as a
+wiring check of the video path (no projector learns those questions at this size; the run says so),
 with ``llava.eval.model_vqa_video`` for the answers and, by default, ``mlp2x_gelu`` (LLaVA-NeXT's 2-D pool gives
 16 tokens per frame on the 8 × 8 grid) and three compressors at the same 16 tokens per frame.
 
 Output folder layout: ``data/`` (images, training files, questions), ``models/`` (tokenizer, tower, base
-LLM), ``runs/<projector>/{pretrain,finetune,answers.jsonl}``, ``results.json``, ``quickstart.png``, and the
-marker file ``.llava-quickstart``. The quickstart writes only into a new or empty folder, or one holding its
-marker (a folder it created): a folder of the user's own, such as ``playground``, is refused untouched. A
-location that cannot be written is refused before anything runs, and a disk that fills up midway is one
-sentence naming ``--out``.
+LLM), ``runs/<projector>/{llava-<projector>-pretrain,llava-<projector>,answers.jsonl}`` (stage 1, stage 2, held-out
+answers; each checkpoint's ``config.json`` names the tower relative to itself, so it loads from any folder),
+``results.json``, ``quickstart.png``, and the marker file ``.llava-quickstart``. The run ends by printing the
+checkpoints and the commands to answer with one, chat with it and compare (:mod:`.next_steps`).
+
+The quickstart writes only into a new or empty folder, or one holding its marker (a folder it created): a folder
+of the user's own, such as ``playground``, is refused untouched. A location that cannot be written is refused
+before anything runs, and a disk that fills up midway is one sentence naming ``--out``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from llava.outputs import check_writable_folder, disk_errors
 from llava.utils import setup_logging
 
 from .backbones import BACKBONES, DEFAULT_BACKBONE, resolve_backbone
+from .next_steps import next_steps, tower_beside
 from .report import RunResult, comparison, format_table, plot_results, prefill_flops, score_answers, write_results
 from .scenes import DatasetFiles, corpus, write_dataset
 
@@ -240,9 +245,11 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     train(argv=pretrain_flags(models, data, projector, config, pretrain_dir))
+    tower_beside(pretrain_dir, models.tower)
     seconds["stage1"] = time.perf_counter() - started
     started = time.perf_counter()
     train(argv=finetune_flags(models, data, projector, config, finetune_dir, pretrain_dir / "mm_projector.bin"))
+    tower_beside(finetune_dir, models.tower)  # loads from any folder, and after out/ is moved as a whole
     seconds["stage2"] = time.perf_counter() - started
     started = time.perf_counter()
     if config.video:
@@ -371,8 +378,13 @@ def _run(out: Path, config: QuickstartConfig, projectors: Sequence[str], skipped
         logger.warning("no pareto.png: %s", exc)
     print(f"backbone {config.backbone}: {resolve_backbone(config.backbone).description}; template {models.template}\n")
     print(format_table(results, skipped))
+    if config.video:
+        print("\n--video is a wiring check: every video step ran, but at this size no projector learns these questions "
+              "(measured runs stay at or below chance), so this table compares nothing (docs/QUICKSTART.md)")
     print(f"\ntotal wall time {meta['total_seconds']:.0f} s; results in {out / 'results.json'}, figures {out / 'quickstart.png'}, "
-          f"{out / 'pareto.png'}")
+          f"{out / 'pareto.png'}\n")
+    checkpoints = [(result.projector, Path(result.checkpoint)) for result in results]
+    print(next_steps(checkpoints, data.images, data.questions, data.gold, models.template, out, video=config.video))
     return results
 
 
@@ -387,8 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tiny vision tower × LLM pair: " + "; ".join(f"{b.name}: {b.description}" for b in BACKBONES.values())
                              + " (default %(default)s)")
     parser.add_argument("--video", action="store_true",
-                        help="clips of moving shapes (questions about order and motion) instead of still scenes; default "
-                             "projectors then: mlp2x_gelu and each plugin's types at 16 tokens per frame (needs the 'video' extra)")
+                        help="a wiring check of the video path: clips of moving shapes (questions about order and motion) instead "
+                             "of still scenes; no projector learns them at this size; default projectors then: mlp2x_gelu and "
+                             "each plugin's types at 16 tokens per frame (needs the 'video' extra)")
     parser.add_argument("--budget", type=int, default=QuickstartConfig.budget,
                         help="visual tokens per image for --projectors all (default %(default)s)")
     return parser

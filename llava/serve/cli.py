@@ -87,8 +87,9 @@ def run_chat(args: argparse.Namespace) -> None:
         args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device
     )
     conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
-    # ChatML role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
-    roles = ("user", "assistant") if conv.sep_style in (SeparatorStyle.MPT, SeparatorStyle.CHATML) else conv.roles
+    # ChatML and Gemma role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
+    plain = (SeparatorStyle.MPT, SeparatorStyle.CHATML, SeparatorStyle.GEMMA)
+    roles = ("user", "assistant") if conv.sep_style in plain else conv.roles
     pixels = image_sizes = modalities = None
 
     first_turn = True

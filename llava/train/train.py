@@ -26,7 +26,9 @@ sentence; the newest complete checkpoint stays.
 
 Upstream's public helpers (``make_supervised_data_module``, ``preprocess``, ``safe_save_model_for_hf_trainer``,
 ``get_mm_adapter_state_maybe_zero_3``, ...) are importable from here, as from upstream's ``train.py``
-(:mod:`llava.train.upstream_api`).
+(:mod:`llava.train.upstream_api`), and so are the names research forks import (``preprocess_v1`` and the other
+per-style functions, ``_tokenize_fn``, ``_mask_targets``, ``conversation_lib``, ``local_rank``, and the dataset and
+collator with upstream's constructors: :mod:`llava.train.upstream_fork_api`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any
 import torch
 from transformers import Trainer, enable_full_determinism, set_seed
 
+from llava import conversation as conversation_lib  # upstream's alias, which forks import from here
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path, check_patch_merge
 from llava.model.compressor_text import text_need
@@ -67,12 +70,7 @@ from llava.train.preprocess import conversation_template
 from llava.train.recipe import data_seed, planned_optimizer_steps, resolve_run_defaults
 from llava.train.resume import check_output_run, log_finished_run, record_output_run, resume_point, run_settings
 from llava.train.saving import llava_config
-from llava.train.supervised_data import (
-    DataCollatorForSupervisedDataset,
-    LazySupervisedDataset,
-    VideoSettings,
-    load_training_records,
-)
+from llava.train.supervised_data import VideoSettings, load_training_records
 from llava.train.train_callbacks import callbacks_for_model
 from llava.train.upstream_api import (
     get_mm_adapter_state_maybe_zero_3,
@@ -86,9 +84,24 @@ from llava.train.upstream_api import (
     safe_save_model_for_hf_trainer,
     smart_tokenizer_and_embedding_resize,
 )
+from llava.train.upstream_fork_api import (
+    DataCollatorForSupervisedDataset,
+    LazySupervisedDataset,
+    _add_speaker_and_signal,
+    _mask_targets,
+    _tokenize_fn,
+    preprocess_llama_2,
+    preprocess_mpt,
+    preprocess_plain,
+    preprocess_v1,
+)
 from llava.utils import cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
+
+#: Upstream's module global (its ``train()`` set it from the arguments); forks import it. The rank rule itself is
+#: ``rank0_print``'s, which reads ``LOCAL_RANK``.
+local_rank: int | None = None
 
 
 def build_model(
@@ -245,6 +258,15 @@ def main(argv: Sequence[str] | None = None) -> Trainer:
 
 
 __all__ = [
+    "_add_speaker_and_signal",
+    "_mask_targets",
+    "_tokenize_fn",
+    "conversation_lib",
+    "local_rank",
+    "preprocess_llama_2",
+    "preprocess_mpt",
+    "preprocess_plain",
+    "preprocess_v1",
     "DataArguments",
     "DataCollatorForSupervisedDataset",
     "LLaVATrainer",

@@ -151,7 +151,11 @@ def preprocess(sources: Sequence[Sequence[Mapping[str, Any]]], tokenizer: Any, h
     """``{"input_ids": [...], "labels": [...]}``, one 1-D tensor each per source, in the training template
     ``llava.conversation.default_conversation`` (set it as upstream's ``train()`` does). ``has_image`` is
     accepted for upstream's signature (see the module docstring)."""
-    conv = conversation.default_conversation
+    return preprocess_with(sources, tokenizer, conversation.default_conversation)
+
+
+def preprocess_with(sources: Sequence[Sequence[Mapping[str, Any]]], tokenizer: Any, conv: Any) -> dict[str, list[torch.Tensor]]:
+    """:func:`preprocess` in the template ``conv``."""
     samples = [preprocess_turns(_turns(source), tokenizer, conv) for source in sources]
     return {"input_ids": [sample["input_ids"] for sample in samples], "labels": [sample["labels"] for sample in samples]}
 
@@ -168,23 +172,34 @@ def make_supervised_data_module(tokenizer: Any, data_args: Any, *, conv: Any = N
         records: Records already read and checked (:func:`load_training_records`); read from ``data_path`` if None.
     """
     conv = conv if conv is not None else conversation.default_conversation
-    processor = getattr(data_args, "image_processor", None)
-    skip_bad = bool(getattr(data_args, "skip_bad_samples", False))
-    video = VideoSettings.from_args(data_args)
     if records is None:
-        records, _ = load_training_records(
-            data_args.data_path, data_args.image_folder, multimodal=processor is not None, conv=conv, skip_bad=skip_bad,
-            video_folder=video.video_folder,
-        )
-    dataset = LazySupervisedDataset(
-        records, tokenizer, conv, image_folder=data_args.image_folder, image_processor=processor,
-        image_aspect_ratio=data_args.image_aspect_ratio,
-        image_grid_pinpoints=getattr(data_args, "image_grid_pinpoints", None),
-        mm_use_im_start_end=bool(getattr(data_args, "mm_use_im_start_end", False)),
-        skip_bad_images=skip_bad, video=video, questions=bool(getattr(data_args, "questions", False)),
-    )
+        records = read_records(data_args.data_path, data_args, conv)
+    dataset = LazySupervisedDataset(records, tokenizer, conv, **dataset_options(data_args))
     collator = DataCollatorForSupervisedDataset(tokenizer.pad_token_id, tokenizer.model_max_length)
     return {"train_dataset": dataset, "eval_dataset": None, "data_collator": collator}
+
+
+def read_records(data_path: Any, data_args: Any, conv: Any) -> list[dict[str, Any]]:
+    """The checked training records of ``data_path`` (a JSON file or a mixture YAML) in the template ``conv``, with
+    ``data_args``' image folder, processor (``None``: text-only), ``skip_bad_samples`` and video folder."""
+    records, _ = load_training_records(
+        data_path, data_args.image_folder, multimodal=getattr(data_args, "image_processor", None) is not None, conv=conv,
+        skip_bad=bool(getattr(data_args, "skip_bad_samples", False)), video_folder=VideoSettings.from_args(data_args).video_folder,
+    )
+    return records
+
+
+def dataset_options(data_args: Any) -> dict[str, Any]:
+    """The keyword arguments of :class:`~llava.train.supervised_data.LazySupervisedDataset` that ``data_args`` sets
+    (upstream's ``train()`` adds ``image_processor`` and ``mm_use_im_start_end`` to it)."""
+    return {
+        "image_folder": data_args.image_folder, "image_processor": getattr(data_args, "image_processor", None),
+        "image_aspect_ratio": data_args.image_aspect_ratio,
+        "image_grid_pinpoints": getattr(data_args, "image_grid_pinpoints", None),
+        "mm_use_im_start_end": bool(getattr(data_args, "mm_use_im_start_end", False)),
+        "skip_bad_images": bool(getattr(data_args, "skip_bad_samples", False)), "video": VideoSettings.from_args(data_args),
+        "questions": bool(getattr(data_args, "questions", False)),
+    }
 
 
 __all__ = [
@@ -195,6 +210,7 @@ __all__ = [
     "maybe_zero_3",
     "preprocess",
     "preprocess_multimodal",
+    "preprocess_with",
     "rank0_print",
     "safe_save_model_for_hf_trainer",
     "smart_tokenizer_and_embedding_resize",

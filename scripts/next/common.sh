@@ -10,7 +10,7 @@
 #   VIEWS        views per image of a 2x2-canvas image (1 without AnyRes): INPUT = VIEWS x grid tokens
 #   BUDGET       Braco tokens per view (the paper's: 16, or 4 for Qwen2.5-3B AnyRes)
 #   MAX_LENGTH   --model_max_length
-# Usage of a recipe: bash scripts/next/<recipe>.sh vanilla|braco [extra train flags, appended to both stages]
+# Usage of a recipe: bash scripts/next/<recipe>.sh METHOD [extra train flags, appended to both stages]
 # Env: CHECKPOINTS (./checkpoints), SEED (0), GRAD_ACCUM_STEPS (1; 2 on 4 GPUs), STAGES ("1 2"), LAUNCHER (deepspeed), DRY_RUN=1 (print
 # the resolved commands, one per line after a '#' summary line, without running them).
 set -euo pipefail
@@ -21,7 +21,7 @@ case "$METHOD" in
     vanilla) PROJECTOR=mlp2x_gelu; RETAIN=$INPUT ;;
     braco) PROJECTOR="braco_k$BUDGET"; RETAIN=$((VIEWS * BUDGET)) ;;
     *)
-        echo "usage: bash $0 vanilla|braco [extra train flags]   (got '${METHOD}')" >&2
+        echo "usage: bash $0 METHOD [extra train flags], METHOD being vanilla or braco   (got '${METHOD}')" >&2
         exit 2
         ;;
 esac

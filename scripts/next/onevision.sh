@@ -3,7 +3,7 @@
 # finetune_ov.sh): Qwen2 + SigLIP so400m-patch14-384, stage 1 trains the projector (--mm_tunable_parts mm_mlp_adapter),
 # stage 2 trains tower, projector and LLM (the tower at --mm_vision_tower_lr 2e-6) on a YAML data mixture with
 # anyres_max_9 over the (1x1)...(6x6) canvases and spatial_unpad. Vanilla (mlp2x_gelu) or Braco (BUDGET tokens per view).
-#   bash scripts/next/onevision.sh vanilla|braco [extra train flags, appended to both stages]
+#   bash scripts/next/onevision.sh METHOD [extra train flags, appended to both stages]   (METHOD: vanilla or braco)
 #   DRY_RUN=1 bash scripts/next/onevision.sh braco          # print the two commands
 # Env: LLM_VERSION (Qwen/Qwen2-7B-Instruct), VISION_MODEL_VERSION (google/siglip-so400m-patch14-384), PROMPT_VERSION
 # (qwen_1_5), BUDGET (16), PRETRAIN_DATA / PRETRAIN_IMAGES (BLIP-558K), DATA_YAML (the stage-2 mixture, NeXT's format;
@@ -20,7 +20,7 @@ PROMPT_VERSION=${PROMPT_VERSION:-qwen_1_5}
 case "$METHOD" in
     vanilla) PROJECTOR=mlp2x_gelu ;;
     braco) resolve_budget "${BUDGET:-16}" ;;
-    *) echo "usage: bash $0 vanilla|braco [extra train flags]   (got '${METHOD}')" >&2; exit 2 ;;
+    *) echo "usage: bash $0 METHOD [extra train flags], METHOD being vanilla or braco   (got '${METHOD}')" >&2; exit 2 ;;
 esac
 
 LLM_CLEAN=$(basename "$LLM_VERSION")

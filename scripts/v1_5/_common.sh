@@ -1,6 +1,7 @@
 # Shared by the v1_5 training scripts (sourced, not run): repository root, the flags every LLaVA-1.5 training
 # command passes, `launch`, which runs a command or, with DRY_RUN=1, prints it, and `resolve_budget`.
-# Environment: LAUNCHER (deepspeed), PYTHON (python: the interpreter that has this project installed).
+# Environment: LAUNCHER (deepspeed; python: one process without DeepSpeed), PYTHON (python: the interpreter that has
+# this project installed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -42,11 +43,24 @@ resolve_budget() {
     read -r NAME PROJECTOR BUDGET_TOKENS CUTOFF RESIDUAL COORDINATES <<< "$info"
 }
 
+# launch LAUNCHER SCRIPT FLAGS...: run (or, with DRY_RUN=1, print) a training command. With a Python interpreter as the
+# launcher (LAUNCHER=python: one process, no DeepSpeed launcher) the script's own --deepspeed config becomes '' (off):
+# DeepSpeed started outside its launcher looks for MPI and stops on a missing mpi4py. A --deepspeed the user appends
+# comes later and still wins.
 launch() {
+    local command=("$@") i
+    if [[ "$(basename -- "$1")" == python* ]]; then
+        for ((i = 2; i < ${#command[@]} - 1; i++)); do
+            if [[ "${command[i]}" == --deepspeed ]]; then
+                command[i + 1]=''
+                break
+            fi
+        done
+    fi
     if [[ -n "${DRY_RUN:-}" ]]; then
-        printf '%q ' "$@"
+        printf '%q ' "${command[@]}"
         printf '\n'
     else
-        "$@"
+        "${command[@]}"
     fi
 }

@@ -48,7 +48,8 @@ UPSTREAM_KEYS = {
     "llava_llama_2", "mpt",
 }
 #: LLaVA-NeXT's keys for the templates this project adds (llava-next-interface §2).
-NEXT_KEYS = {"qwen_1_5", "qwen_2", "qwen_2_5", "llava_mistral_instruct"}
+NEXT_KEYS = {"qwen_1_5", "qwen_2", "qwen_2_5", "llava_mistral_instruct", "llava_llama_2_simple", "llava_llama_2_mmtag", "llava_llama_3", "mistral_orca", "mistral_zephyr",
+             "gemma_instruct"}
 QWEN_SYSTEM = "<|im_start|>system\nYou are a helpful assistant."
 
 QUESTION = "<image>\nWhat is this?"

@@ -37,4 +37,4 @@ class LlavaQwenForCausalLM(LlavaMetaForCausalLM, Qwen2ForCausalLM):
     llava_model_class = LlavaQwenModel
 
 
-register_language_model("llava_qwen", LlavaQwenConfig, LlavaQwenForCausalLM, base_model_type="qwen2")
+register_language_model("llava_qwen", LlavaQwenConfig, LlavaQwenForCausalLM, base_model_type="qwen2", next_layout=True)

@@ -10,7 +10,9 @@ names a module whose import calls :func:`register_language_model`). An entry rec
 * ``base_model_type``: the plain LLM's type (``qwen2``), so a plain model directory (a ``model_base``, or
   ``--model_name_or_path`` in training) finds its LLaVA class;
 * ``aliases``: other ``model_type`` values of released checkpoints that are this architecture (upstream
-  LLaVA-1.5 writes ``llava`` for ``llava_llama``).
+  LLaVA-1.5 writes ``llava`` for ``llava_llama``);
+* ``next_layout``: its checkpoints come from LLaVA-NeXT (``llava_qwen``: OneVision and NeXT's Qwen runs), so the
+  loader answers as NeXT's does where the two differ (the context length it returns).
 
 Adding an LLM is one file (config subclass, base-model subclass, causal-LM subclass) plus one registration.
 """
@@ -46,6 +48,7 @@ class LanguageModelEntry:
     causal_lm_class: type
     base_model_type: str
     aliases: tuple[str, ...] = ()
+    next_layout: bool = False
 
     @property
     def model_types(self) -> tuple[str, ...]:
@@ -63,6 +66,7 @@ def register_language_model(
     causal_lm_class: type,
     base_model_type: str,
     aliases: tuple[str, ...] = (),
+    next_layout: bool = False,
 ) -> LanguageModelEntry:
     """Register a LLaVA LLM and announce it to transformers' ``AutoConfig`` / ``AutoModelForCausalLM``.
 
@@ -79,7 +83,7 @@ def register_language_model(
             f"{config_class.__name__}.model_type is {getattr(config_class, 'model_type', None)!r}, but it is being "
             f"registered as {model_type!r}; the two must be equal"
         )
-    entry = LanguageModelEntry(model_type, config_class, causal_lm_class, base_model_type, tuple(aliases))
+    entry = LanguageModelEntry(model_type, config_class, causal_lm_class, base_model_type, tuple(aliases), next_layout)
     for other in _REGISTRY.values():
         clash = set(entry.model_types) & set(other.model_types)
         if other.model_type != model_type and clash:

@@ -2,7 +2,8 @@
 
 The tower class comes from the registry (:mod:`.registry`), keyed by the tower checkpoint's own ``model_type``:
 
-* a local directory: its ``config.json`` ``model_type`` (``clip``/``clip_vision_model`` → CLIP,
+* a local directory (a relative one read from the working directory, then from the checkpoint's folder:
+  :mod:`.location`): its ``config.json`` ``model_type`` (``clip``/``clip_vision_model`` → CLIP,
   ``siglip``/``siglip_vision_model`` → SigLIP and fixed-resolution SigLIP2);
 * a hub name starting with ``openai`` or ``laion``, or containing ``ShareGPT4V``: CLIP without a lookup
   (upstream LLaVA's name rule, kept so released configs behave as before);
@@ -18,9 +19,13 @@ from typing import Any
 from . import clip_encoder as _clip  # noqa: F401  (registers the built-in towers)
 from . import siglip_encoder as _siglip  # noqa: F401
 from .base import BaseVisionTower, hub_unreachable_message
+from .location import config_tower_path, resolve_tower_path
 from .registry import list_vision_towers, register_vision_tower, resolve_vision_tower
 
-__all__ = ["build_vision_tower", "list_vision_towers", "register_vision_tower", "tower_model_type"]
+__all__ = [
+    "build_vision_tower", "config_tower_path", "list_vision_towers", "register_vision_tower", "resolve_tower_path",
+    "tower_model_type",
+]
 
 # Hub names upstream LLaVA treats as CLIP without reading their config.
 HUB_PREFIXES = ("openai", "laion")
@@ -62,7 +67,8 @@ def tower_model_type(name: str) -> str:
         return _local_model_type(name)
     if os.path.exists(name) or _looks_like_local_path(name):
         raise ValueError(
-            f"vision tower directory {name!r} does not exist; point mm_vision_tower at a saved tower directory"
+            f"vision tower directory {name!r} does not exist (a relative path is read from the working directory, "
+            "then from the checkpoint's folder); point mm_vision_tower at a saved tower directory"
         )
     if name.startswith(HUB_PREFIXES) or HUB_MARKER in name:
         return UPSTREAM_CLIP_TYPE
@@ -86,10 +92,9 @@ def build_vision_tower(vision_tower_cfg: Any, **kwargs: Any) -> BaseVisionTower:
         ValueError: If no tower is named, the name cannot be resolved, its ``model_type`` is not registered,
             or S2 towers are requested.
     """
-    name = getattr(vision_tower_cfg, "mm_vision_tower", None) or getattr(vision_tower_cfg, "vision_tower", None)
+    name = config_tower_path(vision_tower_cfg)
     if not name:
         raise ValueError("no vision tower given; set mm_vision_tower (model config) or vision_tower (training args)")
-    name = os.path.expanduser(str(name))
     if getattr(vision_tower_cfg, "s2", False):
         raise ValueError(f"S2 vision towers (s2=True for {name!r}) are not supported by this build; set s2 to False")
     factory = resolve_vision_tower(tower_model_type(name), source=name)

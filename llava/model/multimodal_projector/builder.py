@@ -74,10 +74,11 @@ def tower_shape(config: Any, *, vision_tower: Any = None, vision_cfg: Any = None
                           bool(getattr(vision_tower, "has_cls_token", True)))
     if vision_cfg is not None:
         return _shape_of_config(vision_cfg, _tower_class_for(getattr(vision_cfg, "model_type", "")))
-    name = getattr(config, "mm_vision_tower", None) or getattr(config, "vision_tower", None)
+    from llava.model.multimodal_encoder.location import config_tower_path
+
+    name = config_tower_path(config)
     if not name:
         return None
-    name = os.path.expanduser(os.fspath(name))
     tower_class = _tower_class(name)
     return _shape_of_config(_read_tower_config(name, tower_class), tower_class)
 

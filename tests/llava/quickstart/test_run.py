@@ -45,7 +45,8 @@ def test_all_expands_from_the_registry(toybad):
         main(["--projectors", "all", "--budget", "0"])
 
 
-def test_quickstart_writes_checkpoints_answers_results_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture, toybad):
+def test_quickstart_writes_checkpoints_answers_results_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture, toybad,
+                                                                  monkeypatch):
     out = tmp_path / "quickstart"
     results = run_quickstart(out, TINY)
     run = out / "runs" / "braco_c2s5"
@@ -74,6 +75,29 @@ def test_quickstart_writes_checkpoints_answers_results_and_figure(tmp_path: Path
     row = next(line for line in printed.splitlines() if line.startswith("| braco_c2s5 |"))
     assert row.split(" | ")[1] == "9" and ("yes" in row) == placed
     assert "skipped: toybad_k9: toybad cannot give 9 tokens" in printed and "total wall time" in printed
+    _answer_as_printed(printed, run / "llava-braco_c2s5", out, tmp_path, monkeypatch)
+
+
+def _answer_as_printed(printed: str, checkpoint: Path, out: Path, tmp_path: Path, monkeypatch) -> None:
+    """The closing text names the checkpoint and a run_llava command that answers from another folder, also after the
+    output folder moved: the checkpoints name their tower relative to themselves."""
+    import shlex
+
+    from llava.eval import run_llava
+
+    assert f"braco_c2s5  {checkpoint}" in printed
+    for stage in (checkpoint, checkpoint.parent / "llava-braco_c2s5-pretrain"):
+        assert json.loads((stage / "config.json").read_text())["mm_vision_tower"] == "../../../models/clip-tiny"
+    command = next(line.strip() for line in printed.splitlines() if "-m llava.eval.run_llava" in line)
+    argv = shlex.split(command)[3:]
+    assert argv[argv.index("--model-path") + 1] == str(checkpoint) and "--conv-mode" in argv
+    assert "python -m llava.serve.demo --model-path" in printed
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    argv = [str(moved / Path(value).relative_to(out)) if value.startswith(str(out)) else value for value in argv]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert isinstance(run_llava.main(argv), str)
 
 
 def test_default_comparison_comes_from_the_plugins():

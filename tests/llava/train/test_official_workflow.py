@@ -157,8 +157,19 @@ def test_unknown_benchmark_is_one_sentence(tmp_path) -> None:
 # ---------------------------------------------------------------------------------------------- real tiny runs
 
 #: What makes the paper's recipe run on a CPU in seconds (appended to both stages; later flags win).
-TINY = ["--deepspeed", "", "--bf16", "False", "--tf32", "False", "--use_cpu", "True", "--max_steps", "2",
+# No --deepspeed '': LAUNCHER=python turns the scripts' DeepSpeed config off by itself (docs/TRAINING.md).
+TINY = ["--bf16", "False", "--tf32", "False", "--use_cpu", "True", "--max_steps", "2",
         "--per_device_train_batch_size", "2", "--model_max_length", "256", "--dataloader_num_workers", "0", "--save_steps", "1"]
+
+
+def test_python_launcher_turns_deepspeed_off_and_user_flags_still_win() -> None:
+    # Under a Python launcher DeepSpeed would look for MPI (mpi4py) and stop; the scripts' config becomes ''.
+    for stage in _dry("train_braco.sh", "9", "0", LAUNCHER="python"):
+        assert stage[:2] == ["python", "llava/train/train_mem.py"] and flag(stage, "--deepspeed") == ""
+    for stage in _dry("train_braco.sh", "9", "0", LAUNCHER="deepspeed"):
+        assert flag(stage, "--deepspeed").endswith(".json")
+    [stage1, _] = _dry("train_braco.sh", "9", "0", "--deepspeed", "mine.json", LAUNCHER="python")
+    assert [stage1[i + 1] for i, word in enumerate(stage1) if word == "--deepspeed"] == ["", "mine.json"]  # later wins
 
 
 @pytest.fixture(scope="module")

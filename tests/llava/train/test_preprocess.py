@@ -55,6 +55,14 @@ MPT_SYSTEM = (
 CHATML_DIRECT_SYSTEM = "<|im_start|>system\nAnswer the questions."
 QWEN_SYSTEM = "<|im_start|>system\nYou are a helpful assistant."
 QWEN_2_5_SYSTEM = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+ORCA_SYSTEM = (
+    "<|im_start|>system\nYou are MistralOrca, a large language model trained by Alignment Lab AI. Write out your "
+    "reasoning step-by-step to be sure you get the right answers!"
+)
+SIMPLE_SYSTEM = "Answer the questions about the visual content that the user provides."
+SIMPLE_MMTAG_SYSTEM = SIMPLE_SYSTEM + "The visual content will be provided with the following format: <Image>visual content</Image>."
+#: LLaVA-NeXT's templates whose style (Llama-3's chat template, Gemma's turns) has no training text here.
+INFERENCE_ONLY = {"llava_llama_3", "gemma_instruct"}
 
 Q1, A1 = "<image>\nWhat is shown in the image?", "A red square."
 Q2, A2 = "How many circles are there?", "There are 3 circles."
@@ -91,6 +99,9 @@ def _chatml(system: str) -> str:
     )
 
 
+ZEPHYR = (f"<|system|>\nYou are a helpful AI assistant.</s><|user|>\n{Q1}</s><|assistant|>\n⟦{A1}</s>⟧"
+          f"<|user|>\n{Q2}</s><|assistant|>\n⟦{A2}</s>⟧")
+
 PLAIN = f"<image>⟦{A1}\n⟧"
 
 #: Every template key -> its expected training text (``plain`` for CAPTION_TURNS, the others for TWO_TURNS).
@@ -104,11 +115,13 @@ EXPECTED = {
     "mistral_instruct": MISTRAL, "llava_mistral_instruct": MISTRAL,
     "mpt": _mpt(MPT_SYSTEM), "chatml_direct": _mpt(CHATML_DIRECT_SYSTEM), "mistral_direct": _mpt(CHATML_DIRECT_SYSTEM),
     "qwen_1_5": _chatml(QWEN_SYSTEM), "qwen_2": _chatml(QWEN_SYSTEM), "qwen_2_5": _chatml(QWEN_2_5_SYSTEM),
+    "mistral_orca": _mpt(ORCA_SYSTEM), "mistral_zephyr": ZEPHYR,
+    "llava_llama_2_simple": _llama_2(SIMPLE_SYSTEM), "llava_llama_2_mmtag": _llama_2(SIMPLE_MMTAG_SYSTEM),
 }
 
 _LLAMA_STYLE = {"v1", "vicuna_v1", "llava_v1", "v1_mmtag", "llama_2", "llava_llama_2", "mistral_instruct",
-                "llava_mistral_instruct"}
-_CHATML_STYLE = {"mpt", "chatml_direct", "mistral_direct", "qwen_1_5", "qwen_2", "qwen_2_5"}
+                "llava_mistral_instruct", "mistral_zephyr", "llava_llama_2_simple", "llava_llama_2_mmtag"}
+_CHATML_STYLE = {"mpt", "chatml_direct", "mistral_direct", "qwen_1_5", "qwen_2", "qwen_2_5", "mistral_orca"}
 _ANY = {"plain", "v0_plain", "default", "v0", "llava_v0", "v0_mmtag"}
 #: Which templates each tokenizer can carry: </s> (and <s>) for the LLaMA styles, <|im_start|>/<|im_end|> for ChatML.
 FITS = {"llama": _ANY | _LLAMA_STYLE, "qwen": _ANY | _CHATML_STYLE, "chatml_llama": _ANY | _LLAMA_STYLE | _CHATML_STYLE}
@@ -150,8 +163,15 @@ def independent_labels(marked: str, tokenizer) -> tuple[list[int], list[int]]:
 
 
 def test_every_template_has_an_expected_text():
-    assert set(EXPECTED) == set(conv_templates)
-    assert set().union(*FITS.values()) == set(conv_templates)
+    assert set(EXPECTED) == set(conv_templates) - INFERENCE_ONLY
+    assert set().union(*FITS.values()) == set(conv_templates) - INFERENCE_ONLY
+
+
+@pytest.mark.parametrize("version", sorted(INFERENCE_ONLY))
+def test_an_inference_only_template_is_one_sentence(version):
+    style = conv_templates[version].sep_style.name
+    with pytest.raises(ValueError, match=rf"--version '{version}' uses the {style} style, which cannot be trained in this build"):
+        conversation_template(version)
 
 
 @pytest.mark.parametrize("kind", sorted(FITS))

@@ -33,6 +33,16 @@ SIGNATURES = {
     "make_supervised_data_module": ["tokenizer", "data_args"],
     "train": ["attn_implementation"],
     "rank0_print": ["args"],
+    # the names research forks import
+    "preprocess_v1": ["sources", "tokenizer", "has_image"],
+    "preprocess_llama_2": ["sources", "tokenizer", "has_image"],
+    "preprocess_mpt": ["sources", "tokenizer", "has_image"],
+    "preprocess_plain": ["sources", "tokenizer"],
+    "_tokenize_fn": ["strings", "tokenizer"],
+    "_mask_targets": ["target", "tokenized_lens", "speakers"],
+    "_add_speaker_and_signal": ["header", "source", "get_conversation"],
+    "LazySupervisedDataset": ["data_path", "tokenizer", "data_args"],
+    "DataCollatorForSupervisedDataset": ["tokenizer"],
 }
 
 
@@ -127,3 +137,73 @@ def test_entry_points_run_as_files(entry: str, tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--mm_tunable_parts" in result.stdout and "--model_name_or_path" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------- what forks import
+
+
+def _tokenizer(tiny_tokenizer_dir, **kwargs):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir), use_fast=False, **kwargs)
+    tokenizer.pad_token = tokenizer.unk_token
+    return tokenizer
+
+
+def test_fork_module_globals() -> None:
+    assert upstream.conversation_lib is conversation and upstream.local_rank is None
+
+
+def test_dataset_and_collator_with_upstreams_constructors(monkeypatch, tmp_path, tiny_tokenizer_dir) -> None:
+    tokenizer = _tokenizer(tiny_tokenizer_dir, model_max_length=80)
+    monkeypatch.setattr(conversation, "default_conversation", conversation.conv_templates["v1"])
+    data = tmp_path / "text.json"
+    data.write_text(json.dumps([{"id": str(i), "conversations": [{"from": "human", "value": f"Say {i}."}, {"from": "gpt", "value": f"{i}"}]}
+                                for i in range(3)]))
+    data_args = SimpleNamespace(data_path="unused.json", image_folder=None, image_aspect_ratio="square", is_multimodal=False)
+    dataset = upstream.LazySupervisedDataset(data_path=str(data), tokenizer=tokenizer, data_args=data_args)
+    expected = preprocess_turns([("human", "Say 1."), ("gpt", "1")], tokenizer, conversation.conv_templates["v1"])
+    assert len(dataset) == 3 and dataset.data_args is data_args
+    assert torch.equal(dataset[1]["input_ids"], expected["input_ids"]) and torch.equal(dataset[1]["labels"], expected["labels"])
+    batch = upstream.DataCollatorForSupervisedDataset(tokenizer=tokenizer)([dataset[0], dataset[1]])
+    assert len(expected["input_ids"]) > 80 and batch["input_ids"].shape == (2, 80)  # truncated to model_max_length
+
+
+def test_per_style_preprocess_follow_the_default_conversation(monkeypatch, tiny_tokenizer_dir) -> None:
+    from llava.constants import IGNORE_INDEX, IMAGE_TOKEN_INDEX
+    from llava.mm_utils import tokenizer_image_token
+
+    tokenizer = _tokenizer(tiny_tokenizer_dir)
+    source = [{"from": "human", "value": "<image>\nWhat is it?"}, {"from": "gpt", "value": "A cat."}]
+    for key, function in (("v1", upstream.preprocess_v1), ("llava_llama_2", upstream.preprocess_llama_2)):
+        monkeypatch.setattr(conversation, "default_conversation", conversation.conv_templates[key])
+        expected = preprocess_turns([("human", "<image>\nWhat is it?"), ("gpt", "A cat.")], tokenizer, conversation.conv_templates[key])
+        result = function([source], tokenizer, has_image=True)
+        assert torch.equal(result["input_ids"][0], expected["input_ids"]) and torch.equal(result["labels"][0], expected["labels"])
+    with pytest.raises(ValueError, match="preprocess_mpt renders MPT templates, but llava.conversation.default_conversation is a "
+                                         "LLAMA_2 one .*; set it to the template of your --version"):
+        upstream.preprocess_mpt([source], tokenizer)
+    # plain: "<image>" + caption + the default conversation's sep; BOS and the image ignored (written out by hand)
+    monkeypatch.setattr(conversation, "default_conversation", conversation.conv_templates["plain"])
+    result = upstream.preprocess_plain([source], tokenizer)
+    ids = tokenizer_image_token("<image>A cat.\n", tokenizer)
+    assert ids[1] == IMAGE_TOKEN_INDEX and result["input_ids"][0].tolist() == ids
+    assert result["labels"][0].tolist() == [IGNORE_INDEX, IGNORE_INDEX] + ids[2:]
+
+
+def test_low_level_helpers(monkeypatch, tiny_tokenizer_dir) -> None:
+    from llava.constants import IGNORE_INDEX
+
+    tokenizer = _tokenizer(tiny_tokenizer_dir)
+    tokenized = upstream._tokenize_fn(["Hello there", "A"], tokenizer)
+    assert [t.tolist() for t in tokenized["input_ids"]] == [tokenizer("Hello there").input_ids, tokenizer("A").input_ids]
+    assert tokenized["labels"] is tokenized["input_ids"]
+    assert tokenized["input_ids_lens"] == tokenized["labels_lens"] == [len(tokenizer("Hello there").input_ids), len(tokenizer("A").input_ids)]
+    target = torch.arange(10)
+    upstream._mask_targets(target, [3, 4, 3], ["human", "gpt"])
+    assert target.tolist() == [IGNORE_INDEX] * 3 + [3, 4] + [IGNORE_INDEX] * 2 + [7, 8, 9]
+    monkeypatch.setattr(conversation, "default_conversation", conversation.conv_templates["v1"])
+    source = [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo"}, {"from": "bot", "value": "?"}]
+    text = upstream._add_speaker_and_signal("SYS\n\n", source)
+    assert text == "SYS\n\n### USER: Hi\n### ASSISTANT: Yo\n### unknown: ?\n### "
+    assert source[0]["value"] == "### USER: Hi\n"
