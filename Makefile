@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 
 .PHONY: install demo quickstart test lint bench lmms-eval-check gpu-check clean
 
-$(BIN)/.installed: setup.py
+$(BIN)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
