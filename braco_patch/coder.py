@@ -15,7 +15,7 @@ cached in eval mode until its weights change. ``forward`` never reads a tensor v
 Fused form (issue 29, :mod:`.fused`; ``coder.fused``, on by default): the same numbers in about twenty kernels
 instead of about a hundred. The backbone and its embedding are one ``baddbmm``; step 4 runs the scorer, a
 six-kernel gradient energy, a one-kernel standardisation that also applies the prior weight and the
-temperature, a five-kernel sparsemax, the pooling and a residual LayerNorm whose weights carry the residual
+temperature, a six-kernel sparsemax, the pooling and a residual LayerNorm whose weights carry the residual
 scale. Outside training (and outside ``torch.compile``, which fuses them itself) the folded parameters are
 cached like the embedding; the scorer's last bias is left out there, because every selection is invariant to
 a constant added to a row. What runs fused: every coordinate mode, every embedding, prior ``grad``/``none``,

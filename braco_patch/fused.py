@@ -11,9 +11,10 @@ numbers with a handful of kernels, and with no host sync and no data-dependent s
 - standardisation: one ``layer_norm`` over the grid, whose weight carries the prior weight, the unbiased-std
   correction ``√((L-1)/L)`` and ``1/τ``;
 - sparsemax: ``τ* = max_k (Σ_{i≤k} z_(i) - 1) / k`` over the descending sort ``z_(1) ≥ z_(2) ≥ ...``
-  (the maximum is reached exactly at the support size), with the prefix sums and the division by ``k`` as
-  one product with a fixed triangular matrix (:func:`threshold_operator`): sort, product, max, subtract,
-  clamp. Autograd through it gives the sparsemax Jacobian.
+  (the maximum is reached exactly at the support size, so no support size is ever read): sort, prefix sums,
+  one ``addcmul`` with the fixed ``1/k`` (:func:`rank_reciprocals`), max, subtract, clamp. Autograd through it
+  gives the sparsemax Jacobian. (The prefix sums as one product with a triangular matrix would save a kernel,
+  but cost more than the rest of the selection on a CPU and as much as the sort on an H200.)
 
 Every fixed operator is built in float64 once and cast by the coder; the prior, its standardisation and
 the selection run in float32 (float64 for a float64 coder), as in :mod:`.residual`.
@@ -28,11 +29,11 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "MAX_FUSED_TOKENS", "FusedOperators", "energy_scatter", "threshold_operator", "working_dtype", "fused_operators",
+    "MAX_FUSED_TOKENS", "FusedOperators", "energy_scatter", "rank_reciprocals", "working_dtype", "fused_operators",
     "neighbour_energy", "standardised_prior", "prior_gain", "sparsemax_rows",
 ]
 
-#: Largest grid (H·W tokens) the fused form serves; its fixed operators hold about ``3 (H·W)²`` floats (12 MiB
+#: Largest grid (H·W tokens) the fused form serves; its edge-to-token matrix holds about ``2 (H·W)²`` floats (8 MiB
 #: at 32 x 32). Larger grids keep the step-by-step form of :mod:`.residual`.
 MAX_FUSED_TOKENS = 1024
 
@@ -46,8 +47,8 @@ class FusedOperators(NamedTuple):
     """The fixed operators of one grid, in the working dtype (float32, or float64) on one device."""
 
     scatter: torch.Tensor  # [(H-1)·W + H·(W-1), H·W]
-    triangle: torch.Tensor  # [H·W, H·W]
-    neg_inv_rank: torch.Tensor  # [H·W]
+    inv_rank: torch.Tensor  # [H·W]: 1/k
+    neg_inv_rank: torch.Tensor  # [H·W]: -1/k
 
 
 def energy_scatter(grid: tuple[int, int]) -> torch.Tensor:
@@ -70,14 +71,14 @@ def energy_scatter(grid: tuple[int, int]) -> torch.Tensor:
     return torch.cat([vertical, horizontal])
 
 
-def threshold_operator(length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(T, -1/k)`` with ``T[i, k] = 1/(k+1)`` for ``i ≤ k`` (0-based), so ``zs @ T - 1/k = (cumsum(zs) - 1)/k``.
+def rank_reciprocals(length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(1/k, -1/k)`` for ``k = 1 .. L``, so that ``addcmul(-1/k, cumsum(zs), 1/k) = (cumsum(zs) - 1) / k``.
 
     Returns:
-        ``([L, L], [L])`` float64.
+        ``([L], [L])`` float64.
     """
-    rank = torch.arange(1, length + 1, dtype=torch.float64)
-    return torch.triu(torch.ones(length, length, dtype=torch.float64)) / rank, -1.0 / rank
+    inv_rank = 1.0 / torch.arange(1, length + 1, dtype=torch.float64)
+    return inv_rank, -inv_rank
 
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -87,8 +88,8 @@ def working_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def fused_operators(grid: tuple[int, int], device: torch.device, dtype: torch.dtype = torch.float32) -> FusedOperators:
     """:class:`FusedOperators` for ``grid``, built in float64 and cast to ``dtype`` on ``device`` once."""
-    triangle, neg_inv_rank = threshold_operator(grid[0] * grid[1])
-    return FusedOperators(*(t.to(device=device, dtype=dtype) for t in (energy_scatter(grid), triangle, neg_inv_rank)))
+    inv_rank, neg_inv_rank = rank_reciprocals(grid[0] * grid[1])
+    return FusedOperators(*(t.to(device=device, dtype=dtype) for t in (energy_scatter(grid), inv_rank, neg_inv_rank)))
 
 
 def neighbour_energy(grid_tokens: torch.Tensor, ops: FusedOperators) -> torch.Tensor:
@@ -114,15 +115,14 @@ def standardised_prior(energy: torch.Tensor, gain: torch.Tensor) -> torch.Tensor
 
 
 def sparsemax_rows(z: torch.Tensor, ops: FusedOperators) -> torch.Tensor:
-    """Sparsemax over the last axis of scores ``z [B, S, L]`` (the operators' dtype), in five kernels.
+    """Sparsemax over the last axis of scores ``z [B, S, L]`` (the operators' dtype), in six kernels.
 
-    Rows are independent, and a row holding a non-finite score gives NaN weights instead of an error: all NaN
-    for a NaN or a ``-inf`` (it meets the zeros of ``T``, and IEEE ``0·∞ = NaN``), NaN at the ``+inf`` and 0
-    elsewhere for a ``+inf``. Either way the token pooled with that row is NaN, as with
-    :func:`.residual.select`, which makes the whole row NaN.
+    Rows are independent, and non-finite scores give no error: a row holding a NaN is all NaN, a ``+inf``
+    gives NaN at its place and 0 elsewhere (so the token pooled with that row is NaN, as with
+    :func:`.residual.select`, which makes such rows all NaN); a ``-inf`` score gets weight 0, the limit of
+    sparsemax (:func:`.residual.select` makes that row NaN).
     """
-    length = z.shape[-1]
     ordered = torch.sort(z, dim=-1, descending=True).values
-    thresholds = torch.addmm(ops.neg_inv_rank, ordered.view(-1, length), ops.triangle)
-    tau = thresholds.view(z.shape).amax(dim=-1, keepdim=True)
+    thresholds = torch.addcmul(ops.neg_inv_rank, ordered.cumsum(dim=-1), ops.inv_rank)
+    tau = thresholds.amax(dim=-1, keepdim=True)
     return torch.clamp(z - tau, min=0)

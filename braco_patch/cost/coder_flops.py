@@ -87,7 +87,7 @@ def ours_compressor_flops(
     Steps 1+3 are one ``[C², H·W] x [H·W, d]`` product (the coordinate matrix is folded into the retained
     DCT rows, so step 3 is free). In eval the gated embedding is a cached ``[C², d]`` constant: step 2 is
     its add; in training it is recomputed (once per call) on the ``C²`` retained coordinates only. Step 4 adds
-    the fused form's two small fixed products (:func:`_fused_products`) to the paper's residual step.
+    the fused form's small fixed product (:func:`_fused_products`) to the paper's residual step.
     """
     c2, length = cfg.cutoff**2, grid[0] * grid[1]
     step2: dict[str, int] = {}
@@ -108,18 +108,15 @@ def ours_compressor_flops(
 
 
 def _fused_products(cfg: BracoConfig, grid: tuple[int, int], batch: int) -> dict[str, int]:
-    """The fixed products of the coder's fused form (:mod:`braco_patch.fused`), where it runs: the edge → token
-    sum of the gradient prior and the prefix means of the sparsemax threshold."""
+    """The fixed product of the coder's fused form (:mod:`braco_patch.fused`), where it runs: the edge → token
+    sum of the gradient prior."""
     from ..fused import MAX_FUSED_TOKENS
 
     h, w = grid
-    length, s = h * w, cfg.residual_tokens
-    if s == 0 or cfg.selection != "sparsemax" or not 2 <= length <= MAX_FUSED_TOKENS:
+    length = h * w
+    if cfg.residual_tokens == 0 or cfg.prior != "grad" or cfg.selection != "sparsemax" or not 2 <= length <= MAX_FUSED_TOKENS:
         return {}
-    out = {"threshold_prefix": batch * linear_flops(s, length, length)}
-    if cfg.prior == "grad":
-        out["energy_scatter"] = batch * linear_flops(1, (h - 1) * w + h * (w - 1), length)
-    return out
+    return {"energy_scatter": batch * linear_flops(1, (h - 1) * w + h * (w - 1), length)}
 
 
 def compressor_flops(

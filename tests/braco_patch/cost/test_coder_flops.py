@@ -48,9 +48,9 @@ def test_ours_compressor_by_hand():
     ours = ours_compressor_flops(cfg, 8, (4, 4))
     assert ours["step1"] == {"retained_rows": 2 * 4 * 16 * 8}  # [C², L] x [L, d], idct folded in
     assert ours["step2"] == {"add": 4 * 8} and ours["step3"] == {}  # embedding cached in eval
-    # The paper's residual step plus the fused form's fixed products: [S, L] x [L, L] prefix means for the sparsemax
-    # threshold and [1, E] x [E, L] edge-to-token sums of the prior (E = 12 + 12 edges of the 4x4 grid).
-    fused = {"threshold_prefix": 2 * 3 * 16 * 16, "energy_scatter": 2 * 24 * 16}
+    # The paper's residual step plus the fused form's fixed product: [1, E] x [E, L] edge-to-token sums of the
+    # prior (E = 12 + 12 edges of the 4x4 grid).
+    fused = {"energy_scatter": 2 * 24 * 16}
     assert ours["step4"] == {**official_compressor_flops(cfg, 8, (4, 4))["step4"], **fused}
     train = ours_compressor_flops(cfg, 8, (4, 4), training=True)
     assert train["step2"] == {"projection": 2 * 4 * 32 * 8, "gate": 32, "add": 32}
