@@ -39,6 +39,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from braco_patch import BracoCoder, BracoConfig  # noqa: E402
+from llava.cost.measure import time_call  # noqa: E402
 from llava.outputs import guard_outputs, write_json  # noqa: E402
 from llava.utils import cli_main  # noqa: E402
 
@@ -104,28 +105,12 @@ def count_ops(fn: Callable[[], Any], device: torch.device) -> dict[str, int]:
 
 
 def time_rounds(variants: dict[str, Callable[[], Any]], device: torch.device, rounds: int, iters: int) -> dict[str, list[float]]:
-    """Per-round median ms of each variant, the variants interleaved within each round."""
+    """Per-round median ms of each variant (braco cost's timer), the variants interleaved within each round."""
     per_round: dict[str, list[float]] = {name: [] for name in variants}
     with torch.no_grad():
-        for fn in variants.values():
-            for _ in range(3):
-                fn()
         for _ in range(rounds):
             for name, fn in variants.items():
-                samples = []
-                for _ in range(iters):
-                    if device.type == "cuda":
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        fn()
-                        end.record()
-                        end.synchronize()
-                        samples.append(start.elapsed_time(end))
-                    else:
-                        t0 = time.perf_counter()
-                        fn()
-                        samples.append((time.perf_counter() - t0) * 1e3)
-                per_round[name].append(statistics.median(samples))
+                per_round[name].append(time_call(fn, device, warmup=0 if per_round[name] else 3, iters=iters)["median_ms"])
     return per_round
 
 
@@ -232,7 +217,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda needs a CUDA build of torch and a GPU; use --device cpu")
     guard_outputs(files={"--out": args.out})  # before the measurements: a folder or unwritable --out fails now
-    result = measure(args)
+    threads = torch.get_num_threads()
+    try:
+        result = measure(args)
+    finally:
+        torch.set_num_threads(threads)  # main() may run inside another program (the tests)
     print(f"{result['command']}  ({result['date']}; {result['device']}, torch {result['torch']}, {result['dtype']}, "
           f"batch {result['batch']}, {result['threads']} threads, load {result['load_average_before_after']})")
     print(markdown(result))
