@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 .PHONY: install demo quickstart test lint bench lmms-eval-check vllm-check gpu-check clean
 
 # pip shows what it collects and installs (the project's dependencies take minutes on a fresh machine).
-$(BIN)/.installed: setup.py
+$(BIN)/.installed: setup.py pyproject.toml
 	@echo "== [1/3] virtualenv $(VENV) and an up-to-date pip"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

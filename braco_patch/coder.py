@@ -12,6 +12,18 @@ per grid, dtype and device and applied as a single ``[C², L] x [B, L, d]`` prod
 rows are ever computed. The embedding is input-independent: ``A (α W φ)`` is recomputed in training and
 cached in eval mode until its weights change. ``forward`` never reads a tensor value on the host.
 
+Fused form (issue 29, :mod:`.fused`; ``coder.fused``, on by default): the same numbers in about twenty kernels
+instead of about a hundred. The backbone and its embedding are one ``baddbmm``; step 4 runs the scorer, a
+six-kernel gradient energy, a one-kernel standardisation that also applies the prior weight and the
+temperature, a six-kernel sparsemax, the pooling and a residual LayerNorm whose weights carry the residual
+scale. Outside training (and outside ``torch.compile``, which fuses them itself) the folded parameters are
+cached like the embedding; the scorer's last bias is left out there, because every selection is invariant to
+a constant added to a row. What runs fused: every coordinate mode, every embedding, prior ``grad``/``none``,
+``S = 0``, ``C = 0``, CLS or not, non-square grids, both norms, training and eval, float32/float16/bfloat16.
+What keeps the step-by-step form of :mod:`.residual`: selections other than ``sparsemax``, autocast, grids of
+more than :data:`.fused.MAX_FUSED_TOKENS` tokens or fewer than 2, and a scorer whose last layer is not a plain
+``nn.Linear`` (a quantised one). ``coder.fused = False`` forces the step-by-step form everywhere.
+
 Parameter names are the official checkpoint names (braco-official §3), in the official registration
 order, so official checkpoints load as they are.
 """
@@ -28,6 +40,15 @@ from .basis import dct_matrix, retained_block_operator
 from .config import BracoConfig
 from .coordinates import coordinate_matrix
 from .embedding import embedding_features, feature_width
+from .fused import (
+    MAX_FUSED_TOKENS,
+    fused_operators,
+    neighbour_energy,
+    prior_gain,
+    sparsemax_rows,
+    standardised_prior,
+    working_dtype,
+)
 from .residual import build_scorer, gradient_energy, pool, select, standardise
 from .schedule import TEMPERATURE_FLOOR, scheduled_temperature
 
@@ -106,8 +127,11 @@ class BracoCoder(nn.Module):
             self.post_concat_ln = nn.LayerNorm(dim, eps=config.post_concat_norm_eps)
         self.register_buffer("temperature_cur", torch.tensor(float(config.temperature)), persistent=False)
 
-        self._operators: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}
-        self._embedding_cache: tuple[tuple, torch.Tensor] | None = None
+        #: Use the few-kernel form where it applies (see the module docstring); ``False`` runs every step as
+        #: :mod:`.residual` states it.
+        self.fused = True
+        self._operators: dict[tuple, Any] = {}
+        self._caches: dict[str, tuple[tuple, Any]] = {}
 
     @classmethod
     def from_config(cls, dim: int, config: BracoConfig, grid: tuple[int, int] | None = None) -> "BracoCoder":
@@ -184,16 +208,22 @@ class BracoCoder(nn.Module):
             "pass grid=(H, W) for a non-square grid"
         )
 
-    # -- step 1+3: fixed operator --------------------------------------------------------------------
+    # -- fixed operators -----------------------------------------------------------------------------
     def _operator(self, grid: tuple[int, int], dtype: torch.dtype, device: torch.device):
         """``(A (D_C ⊗ D_C)) [C², H·W]`` and ``A φ [C², F]`` (or ``None``), cached per grid/dtype/device."""
-        key = (grid, dtype, device)
+        return self._constant(("backbone", grid, dtype, device), lambda: self._build_operator(grid, dtype, device))
+
+    def _fused_operators(self, grid: tuple[int, int], device: torch.device, dtype: torch.dtype):
+        """The operators of the fused residual step (:func:`.fused.fused_operators`), cached per grid/device/dtype."""
+        return self._constant(("fused", grid, device, dtype), lambda: fused_operators(grid, device, dtype))
+
+    def _constant(self, key: tuple, build):
         cached = self._operators.get(key)
         if cached is None:
             # Built outside inference mode so a cache filled under ``torch.inference_mode`` still serves
             # later training steps (inference tensors cannot be saved for backward).
             with torch.inference_mode(False), torch.no_grad():
-                cached = self._build_operator(grid, dtype, device)
+                cached = build()
             self._operators[key] = cached
         return cached
 
@@ -207,29 +237,45 @@ class BracoCoder(nn.Module):
             feats = feats.to(device=device, dtype=torch.float32)
         return op.to(device=device, dtype=dtype), feats
 
+    # -- values derived from parameters (cached outside training) ------------------------------------
+    def _derived(self, slot: str, key: tuple, params: list[torch.Tensor], build):
+        """``build()``, reused while ``key`` and ``params`` (identity and in-place version) are unchanged.
+
+        Only outside training, outside ``torch.compile`` and when no gradient can reach ``params``;
+        parameters made under inference mode carry no version counter, so they are never cached.
+        """
+        use_cache = not (
+            self.training
+            or torch.compiler.is_compiling()
+            or any(map(torch.is_inference, params))
+            or (torch.is_grad_enabled() and any(p.requires_grad for p in params))
+        )
+        if not use_cache:
+            return build()
+        full_key = key + tuple((p.data_ptr(), p._version) for p in params)
+        hit = self._caches.get(slot)
+        if hit is not None and hit[0] == full_key:
+            return hit[1]
+        value = build()
+        self._caches[slot] = (full_key, value)
+        return value
+
     # -- step 2: embedding ---------------------------------------------------------------------------
     def coordinate_embedding(self, grid: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
         """``A (α W_pe φ(u, v))`` for the retained block, ``[C², d]`` in ``dtype``; ``None`` without one."""
         cfg = self.config
         if cfg.cutoff == 0 or cfg.embedding == "none":
             return None
-        # Parameters made under inference mode carry no version counter, so they are never cached.
-        params = self._embedding_parameters()
-        use_cache = not (self.training or torch.compiler.is_compiling() or any(map(torch.is_inference, params)))
-        if use_cache:
-            key = (grid, dtype, device) + tuple((p.data_ptr(), p._version) for p in params)
-            if self._embedding_cache is not None and self._embedding_cache[0] == key:
-                return self._embedding_cache[1]
-        if cfg.embedding == "learned":
+        return self._derived("embedding", (grid, dtype, device), self._embedding_parameters(),
+                             lambda: self._embedding(grid, dtype, device))
+
+    def _embedding(self, grid: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        if self.config.embedding == "learned":
             a = self._coordinate_matrix(device)
-            pe = (a @ self.pe_table.to(a.dtype)).to(dtype) * self.polar_pe_scale.to(dtype)
-        else:
-            feats = self._operator(grid, dtype, device)[1]
-            weight = self.polar_proj.weight
-            pe = nn.functional.linear(feats.to(weight.dtype), weight).to(dtype) * self.polar_pe_scale.to(dtype)
-        if use_cache:
-            self._embedding_cache = (key, pe.detach())
-        return pe
+            return (a @ self.pe_table.to(a.dtype)).to(dtype) * self.polar_pe_scale.to(dtype)
+        feats = self._operator(grid, dtype, device)[1]
+        weight = self.polar_proj.weight
+        return nn.functional.linear(feats.to(weight.dtype), weight).to(dtype) * self.polar_pe_scale.to(dtype)
 
     def _embedding_parameters(self) -> list[torch.Tensor]:
         first = self.pe_table if self.config.embedding == "learned" else self.polar_proj.weight
@@ -242,32 +288,105 @@ class BracoCoder(nn.Module):
     def backbone(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         """Steps 1–3 on grid tokens ``[B, H·W, d]`` → ``[B, C², d]``."""
         op, _ = self._operator(grid, tokens.dtype, tokens.device)
-        source = tokens.detach() if self.config.detach_dct else tokens
-        y = torch.matmul(op, source)
+        source = tokens.detach() if self.config.detach_dct and torch.is_grad_enabled() else tokens
         pe = self.coordinate_embedding(grid, tokens.dtype, tokens.device)
-        return y if pe is None else y + pe
+        if pe is None:
+            return torch.matmul(op, source)
+        if self._fuses(tokens):  # product and embedding add in one kernel
+            return torch.baddbmm(pe, op.expand(tokens.shape[0], -1, -1), source)
+        return torch.matmul(op, source) + pe
 
     # -- step 4: residual tokens ---------------------------------------------------------------------
+    def _fuses(self, tokens: torch.Tensor) -> bool:
+        """Whether the fused form serves these grid tokens (module docstring, "What keeps ...")."""
+        return self.fused and not torch.is_autocast_enabled(tokens.device.type)
+
+    def _fuses_residual(self, tokens: torch.Tensor) -> bool:
+        return (
+            self._fuses(tokens)
+            and self.config.selection == "sparsemax"
+            and 2 <= tokens.shape[1] <= MAX_FUSED_TOKENS
+            and type(self.spatial_scorer[-1]) is nn.Linear
+        )
+
     def residual_weights(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         """Sparsemax maps ``[B, S, H·W]`` over grid tokens ``[B, H·W, d]`` (rows on the simplex)."""
+        if self._fuses_residual(tokens):
+            return self._fused_weights(tokens, grid)
         cfg = self.config
         logits = self.spatial_scorer(tokens).transpose(1, 2)
         if cfg.prior == "grad":
             prior = standardise(gradient_energy(tokens.reshape(tokens.shape[0], grid[0], grid[1], -1)))
             logits = logits + self.spatial_prior_weight.to(logits.dtype) * prior.to(logits.dtype).unsqueeze(1)
-        tau = torch.clamp_min(self.temperature_cur * cfg.temperature_mul, TEMPERATURE_FLOOR)
-        return select(logits, tau, cfg.selection)
+        return select(logits, self._temperature(), cfg.selection)
+
+    def _temperature(self) -> torch.Tensor:
+        return torch.clamp_min(self.temperature_cur * self.config.temperature_mul, TEMPERATURE_FLOOR)
+
+    def _fused_weights(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """:meth:`residual_weights` in the fused form: scorer, prior, temperature and sparsemax.
+
+        The weights come in the working dtype (float32, float64 for a float64 coder).
+        """
+        work = working_dtype(tokens.dtype)
+        ops = self._fused_operators(grid, tokens.device, work)
+        hidden = tokens
+        for layer in list(self.spatial_scorer)[:-1]:
+            hidden = layer(hidden)
+        final = self.spatial_scorer[-1]
+        with_bias = final.bias is not None and torch.is_grad_enabled() and final.bias.requires_grad
+        weight, bias, gain = self._scorer_head(tokens.shape[1], tokens.device, work, with_bias)
+        base = None
+        if self.config.prior == "grad":
+            grid_tokens = tokens.reshape(tokens.shape[0], grid[0], grid[1], -1)
+            if grid_tokens.dtype != work:
+                grid_tokens = grid_tokens.to(work)
+            base = standardised_prior(neighbour_energy(grid_tokens, ops), gain)
+        if bias is not None:  # only while the bias trains: it moves a whole row, which no selection sees
+            base = bias.unsqueeze(1) if base is None else base + bias.unsqueeze(1)
+        head = weight.expand(tokens.shape[0], -1, -1)
+        if base is not None and hidden.dtype == work:
+            z = torch.baddbmm(base, head, hidden.transpose(1, 2))
+        else:
+            z = torch.bmm(head, hidden.transpose(1, 2))
+            z = z.to(work) if base is None else base + z  # the working dtype from here on
+        return sparsemax_rows(z, ops)
+
+    def _scorer_head(self, length: int, device: torch.device, work: torch.dtype, with_bias: bool):
+        """``(W/τ, b/τ or None, prior gain [L] or None)`` of the scorer's last layer, temperature folded in."""
+        final = self.spatial_scorer[-1]
+        params = [final.weight, self.spatial_prior_weight, self.temperature_cur] + ([final.bias] if with_bias else [])
+
+        def build():
+            tau = self._temperature()
+            gain = prior_gain(self.spatial_prior_weight, tau, length, work) if self.config.prior == "grad" else None
+            bias = final.bias.to(work) / tau.to(work) if with_bias else None
+            return final.weight / tau.to(final.weight.dtype), bias, gain
+
+        return self._derived("scorer_head", (length, device, work, final.weight.dtype, with_bias), params, build)
 
     def residual(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         """Step 4: ``[B, H·W, d]`` → ``[B, S, d]`` pooled, normalised and scaled residual tokens."""
-        r = pool(self.residual_weights(tokens, grid), tokens)
-        if self.config.residual_norm:
-            r = self.spatial_norm(r)
-        return r * self.spatial_scale.to(r.dtype)
+        weights = self.residual_weights(tokens, grid)
+        if not self._fuses(tokens):
+            r = pool(weights, tokens)
+            if self.config.residual_norm:
+                r = self.spatial_norm(r)
+            return r * self.spatial_scale.to(r.dtype)
+        r = torch.bmm(weights if weights.dtype == tokens.dtype else weights.to(tokens.dtype), tokens)
+        if not self.config.residual_norm:
+            return r * self.spatial_scale.to(r.dtype)
+        norm = self.spatial_norm
+        params = [norm.weight, norm.bias, self.spatial_scale]
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):  # the gradients eager gives
+            return norm(r) * self.spatial_scale.to(r.dtype)
+        weight, bias = self._derived("residual_norm", (norm.weight.dtype,), params,
+                                     lambda: (norm.weight * self.spatial_scale, norm.bias * self.spatial_scale))
+        return nn.functional.layer_norm(r, norm.normalized_shape, weight, bias, norm.eps)
 
     # -- forward -------------------------------------------------------------------------------------
     def split_tokens(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Validate ``x [B, L, d]`` and return its grid tokens ``[B, H·W, d]`` and ``(H, W)``.
+        """Validate ``x [B, L, d]`` and return its grid tokens ``[B, H·W, d]`` (contiguous) and ``(H, W)``.
 
         A floating-point input of another dtype than the coder's parameters is cast to theirs once, here
         (outside autocast, which handles mixed dtypes itself); integer or boolean tokens are an error.
@@ -282,7 +401,9 @@ class BracoCoder(nn.Module):
         dtype = self.spatial_scale.dtype
         if x.dtype != dtype and not torch.is_autocast_enabled(x.device.type):
             x = x.to(dtype)
-        return (x[:, offset:] if offset else x), grid
+        tokens = x[:, offset:] if offset else x
+        # One copy here (batch > 1 with a CLS token) instead of one in every layer that needs it contiguous.
+        return (tokens if tokens.is_contiguous() else tokens.contiguous()), grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, L, d]`` with ``L = H·W`` or ``1 + H·W`` → ``[B, C² + S, d]`` (backbone first, then residual)."""

@@ -86,7 +86,8 @@ def ours_compressor_flops(
 
     Steps 1+3 are one ``[C², H·W] x [H·W, d]`` product (the coordinate matrix is folded into the retained
     DCT rows, so step 3 is free). In eval the gated embedding is a cached ``[C², d]`` constant: step 2 is
-    its add; in training it is recomputed (once per call) on the ``C²`` retained coordinates only.
+    its add; in training it is recomputed (once per call) on the ``C²`` retained coordinates only. Step 4 adds
+    the fused form's small fixed product (:func:`_fused_products`) to the paper's residual step.
     """
     c2, length = cfg.cutoff**2, grid[0] * grid[1]
     step2: dict[str, int] = {}
@@ -102,8 +103,20 @@ def ours_compressor_flops(
         "step1": {"retained_rows": batch * linear_flops(c2, length, dim)} if c2 else {},
         "step2": step2,
         "step3": {},
-        "step4": _residual_step(cfg, dim, grid, batch),
+        "step4": {**_residual_step(cfg, dim, grid, batch), **_fused_products(cfg, grid, batch)},
     }
+
+
+def _fused_products(cfg: BracoConfig, grid: tuple[int, int], batch: int) -> dict[str, int]:
+    """The fixed product of the coder's fused form (:mod:`braco_patch.fused`), where it runs: the edge → token
+    sum of the gradient prior."""
+    from ..fused import MAX_FUSED_TOKENS
+
+    h, w = grid
+    length = h * w
+    if cfg.residual_tokens == 0 or cfg.prior != "grad" or cfg.selection != "sparsemax" or not 2 <= length <= MAX_FUSED_TOKENS:
+        return {}
+    return {"energy_scatter": batch * linear_flops(1, (h - 1) * w + h * (w - 1), length)}
 
 
 def compressor_flops(

@@ -4,13 +4,15 @@
 #   GPU_CHECK_STEPS=tests bash scripts/gpu/check.sh
 #   GPU_CHECK_STEPS=bench bash scripts/gpu/check.sh
 #   GPU_CHECK_STEPS=train bash scripts/gpu/check.sh
+#   GPU_CHECK_STEPS=coder bash scripts/gpu/check.sh   (the Braco coder alone, a few minutes: scripts/gpu/coder_timing.sh)
 # Each installs the carried wheels and the project (offline), then runs its steps, time-boxed; a failed step does
 # not stop the next. Results go to $OUT (or outputs/gpu):
 #   gpu_tests.log, gpu_tests.xml   the GPU tests (pytest -m gpu tests/gpu; JUnit XML)
 #   gpu_bench.json, gpu_bench.log  matmul peak, braco cost --measure rows (compressor, prefill; batch 1/8/32)
 #   gpu_train.json, gpu_train.log  stage-2 training step, vanilla vs Braco-16 (LoRA, 7B shape)
+#   coder_speed.json, coder_speed.log  the Braco coder: fused vs step-by-step, eager / CUDA graph / torch.compile
 #   summary.txt                    one screen: versions, device, what passed, failed or could not run
-# Environment: GPU_CHECK_STEPS ("tests bench train" by default, for a machine without a time limit),
+# Environment: GPU_CHECK_STEPS ("tests bench train coder" by default, for a machine without a time limit),
 # GPU_CHECK_BUDGET_S (total seconds, default 540).
 # Exit status: 0 when every step passed; 1 when a step failed, timed out or was skipped for lack of time (the
 # summary says which); 2 when $OUT is a folder of someone else's files (it is left untouched), a file, or cannot be
@@ -62,8 +64,13 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && export PATH=/tmp/site/bin:$PATH
 fi
+# PEP 660 through pyproject.toml's setuptools backend: no build isolation, so no download (issue 29).
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
     || { note "FAILED   pip install -e . (offline)"; FAILURES=$((FAILURES + 1)); }
+# Braco and the baselines register through the install's entry points; without them their tests cannot pass.
+python3 -c "from importlib.metadata import entry_points as e; names = sorted(p.name for p in e(group='llava.projectors'))
+print('llava.projectors entry points:', names); raise SystemExit(0 if {'braco', 'baselines'} <= set(names) else 1)" \
+    2>&1 | tee -a "$SUMMARY" || { note "FAILED   the compressor plugins are not installed"; FAILURES=$((FAILURES + 1)); }
 
 {
     echo "date $(date -u +%F\ %T) UTC"
@@ -81,7 +88,7 @@ print("cuda available", torch.cuda.is_available(), torch.cuda.get_device_name(0)
 PY
 } 2>&1 | tee -a "$SUMMARY"
 
-STEPS=${GPU_CHECK_STEPS:-tests bench train}
+STEPS=${GPU_CHECK_STEPS:-tests bench train coder}
 if [[ " $STEPS " == *" tests "* ]]; then
     step "GPU tests" 300 python3 -m pytest -q -m gpu tests/gpu -rs \
         --junitxml "$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
@@ -94,6 +101,10 @@ fi
 if [[ " $STEPS " == *" train "* ]]; then
     step "GPU training step" 480 python3 benchmarks/gpu_train_step.py --out "$OUT/gpu_train.json" > "$OUT/gpu_train.log" 2>&1
     tail -n 8 "$OUT/gpu_train.log" >> "$SUMMARY"
+fi
+if [[ " $STEPS " == *" coder "* ]]; then
+    step "Braco coder timing" 300 bash scripts/gpu/coder_timing.sh "$OUT" > "$OUT/coder_speed.log" 2>&1
+    tail -n 12 "$OUT/coder_speed.log" >> "$SUMMARY"
 fi
 note "total $(( $(date +%s) - START )) s; $FAILURES step(s) did not pass"
 [ "$FAILURES" -eq 0 ]
