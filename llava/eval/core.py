@@ -56,6 +56,7 @@ from llava.eval.items import (
     split_list,
 )
 from llava.eval.provenance import Provenance, producer_record, records_fingerprint
+from llava.fast_flag import add_fast_flag, resolve_fast
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
@@ -228,6 +229,7 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
     parser.add_argument("--skip-missing", "--skip_missing", dest="skip_missing", action="store_true",
                         help="skip and count questions whose image is missing or unreadable instead of stopping")
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
+    add_fast_flag(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="start a new answers file instead of resuming (needed when the model or settings changed)")
     parser.add_argument("--projector-setting", "--projector_setting", dest="projector_settings", action="append",
@@ -365,7 +367,7 @@ def run_parsed(
 ) -> RunResult:
     """:func:`run_loader` on already parsed arguments.
 
-    Checks, in order and before any model loads: the decoding values, the device, the projector settings, the
+    Checks, in order and before any model loads: the decoding values, the device and ``--fast``, the projector settings, the
     conversation template's name, the output path against the inputs, then every record of the question file (fields and types, and that no two
     questions share an answer identity, :func:`check_unique_items`), then that a checkpoint asked about images is
     not a plain language model.
@@ -373,6 +375,7 @@ def run_parsed(
     setup_logging()
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
     device = resolve_device(args.device)
+    fast = resolve_fast(getattr(args, "fast", None), device)
     settings = projector_settings(args)
     check_template_name(args.conv_mode)
     guard_outputs(inputs={"--question-file": args.question_file}, files={"--answers-file": args.answers_file})
@@ -395,7 +398,7 @@ def run_parsed(
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:
             return generator_factory(args)
-        return load_generator(args.model_path, args.model_base, args.conv_mode, device, settings)
+        return load_generator(args.model_path, args.model_base, args.conv_mode, device, settings, fast=fast)
 
     return run_items(
         chunk, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,
