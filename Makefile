@@ -48,7 +48,7 @@ $(LMMS_VENV)/.installed: setup.py
 lmms-eval-check: $(LMMS_VENV)/.installed
 	$(LMMS_VENV)/bin/python -m pytest -q -m slow tests/lmms_eval
 
-# The CUDA paths and GPU benchmarks (issue 15), on a machine with a GPU and a CUDA build of torch in the active
+# The CUDA paths and GPU benchmarks (issues 15 and 29), on a machine with a GPU and a CUDA build of torch in the active
 # python3 (not the CPU venv above); results in outputs/gpu. See README, "GPU check".
 gpu-check:
 	bash scripts/gpu/check.sh

@@ -2,7 +2,8 @@
 
 :class:`LlavaGenerator` builds upstream's prompts (image markers, the template), batches them with left padding
 and decodes greedy or sampled answers; :func:`load_generator` loads a checkpoint through
-``load_pretrained_model`` on a device (float16 on CUDA, float32 elsewhere). :mod:`llava.eval.core` runs the
+``load_pretrained_model`` on a device (float16 on CUDA, float32 elsewhere) and puts it on the ``--fast`` path
+(:mod:`llava.fast_flag`). :mod:`llava.eval.core` runs the
 question loop around it. :class:`GenerationConfig` (upstream's sampling options) and :func:`default_device` also
 serve ``run_llava`` and the serving stack.
 """

@@ -33,14 +33,15 @@ from .static_cache import StaticKV, slot_mask
 
 logger = logging.getLogger(__name__)
 
-#: Smallest bucket; buckets then go 16, 24, 32, 48, 64, 96, ... (each at most 1.5x the one before).
+#: Smallest bucket and step: lengths round up to a multiple of a quarter of the power of two below them (at least
+#: 16): 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, ..., 512, 640, 768, 896, 1024, 1280, ...
 MIN_BUCKET = 16
 #: Host reads of the state: after this many steps, then doubling up to :data:`MAX_READ_INTERVAL`.
 FIRST_READ_INTERVAL = 1
 MAX_READ_INTERVAL = 8
 #: Bounds on what is kept: caches (one per batch size and cache length) and prefills per cache.
 MAX_STATES = 2
-MAX_PREFILLS = 4
+MAX_PREFILLS = 8
 
 #: ``capture(fn, *example_inputs) -> fast fn``: makes a step function fast (a CUDA graph, ``torch.compile``, or ``fn``
 #: itself); it may run ``fn`` on the example inputs (or on the state as it is) while doing so.
@@ -48,11 +49,12 @@ Capture = Callable[..., Callable[..., Any]]
 
 
 def bucket(length: int) -> int:
-    """The smallest of 16, 24, 32, 48, 64, 96, 128, ... that holds ``length`` tokens."""
-    size = MIN_BUCKET
-    while size < length:
-        size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
-    return size
+    """``length`` rounded up to a multiple of a quarter of the power of two below it (at least :data:`MIN_BUCKET`):
+    a padded prompt is at most a quarter longer than the prompt, or 16 tokens."""
+    if length <= MIN_BUCKET:
+        return MIN_BUCKET
+    step = max(MIN_BUCKET, (1 << ((length - 1).bit_length() - 1)) // 4)
+    return -(-length // step) * step
 
 
 def cache_length(needed: int, model_max: int | None) -> int:

@@ -21,6 +21,7 @@ state.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import logging
 import os
 import threading
@@ -104,10 +105,28 @@ def make_capture(mode: str, device: torch.device) -> Capture:
             fn = torch.compile(fn, dynamic=None, fullgraph=True, backend=os.environ.get(COMPILE_BACKEND_VARIABLE) or "inductor")
             if device.type != "cuda":
                 fn(*example)  # compiles now, before the call's state is loaded
-                return fn
+                return _without_guard_checks(fn)
         return CudaGraphCall(fn, example, pool=pool)
 
     return capture
+
+
+def _without_guard_checks(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiled`` called with dynamo's guards evaluated only where they tell its compiled versions apart.
+
+    Every call of a step passes the same tensors (the state's, updated in place), so the guards checked when it was
+    compiled (one per parameter, buffer and config attribute of the model) would pass again: checking them costs
+    more than the step of a small model. ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` (torch >= 2.6)
+    skips them; older versions check them.
+    """
+    if "skip_guard_eval_unsafe" not in inspect.signature(torch.compiler.set_stance).parameters:
+        return compiled
+
+    def call(*args: Any) -> Any:
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            return compiled(*args)
+
+    return call
 
 
 class FastGeneration:
@@ -214,7 +233,9 @@ class CapturedImages:
                 self.runs[key] = self.capture(self._eager, pixels)
             except Exception as error:  # noqa: BLE001 - any capture failure means: encode eagerly, said once
                 self.failed = True
-                logger.warning("the vision tower and projector could not be captured (%s); they run eagerly", error)
+                first_line = (str(error).strip().splitlines() or [""])[0]
+                logger.warning("the vision tower and projector could not be captured (%s: %s); they run eagerly",
+                               type(error).__name__, first_line)
                 return None
             if len(self.runs) > MAX_IMAGE_SHAPES:
                 self.runs.popitem(last=False)

@@ -284,9 +284,12 @@ class LlavaMetaForCausalLM(ABC):
         """Generate from prompts with images; returns only the new tokens, ``[B, new_tokens]``.
 
         The images are spliced into ``inputs_embeds`` and only those go to transformers' ``generate``, so the
-        prompt is not echoed (upstream's behaviour). Plain greedy decoding (no sampling, one beam, no
-        processors other than ``min_new_tokens``, no stopping criteria or streamer; see
-        :func:`llava.model.greedy.greedy_plan`) runs as a short loop instead
+        prompt is not echoed (upstream's behaviour). With the fast path on (``--fast``,
+        :func:`llava.model.fast_generation.enable_fast_path`), greedy and sampled calls (with a streamer and stopping
+        criteria too) run on a static cache in captured or compiled steps, the tower and a fixed-count projector
+        captured as well (:mod:`llava.model.fast_generation`); other calls, and every call without it, run eagerly.
+        Eager plain greedy decoding (no sampling, one beam, no processors other than ``min_new_tokens``, no stopping
+        criteria or streamer; see :func:`llava.model.greedy.greedy_plan`) runs as a short loop
         (:func:`llava.model.greedy.greedy_decode`: the same tokens without transformers' per-call and per-token
         bookkeeping, which cost a quarter of a small model's batch-1 answer).
 

@@ -76,4 +76,22 @@ def eager_and_fast(model: Any, mode: str, calls: Sequence[Mapping[str, Any]], *,
     return list(zip(eager, fast))
 
 
-__all__ = ["QUESTIONS", "eager_and_fast", "plain_call", "prompt_batch", "sample_images"]
+def sampled_twice(model: Any, mode: str, call: Mapping[str, Any], *, seed: int = 0,
+                  capture: Callable[..., Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sampled ``model.generate(**call)`` on the fast path ``mode``, twice from the same seed (the two must agree);
+    the model is left on the eager path."""
+    from llava.model.fast_generation import enable_fast_path
+
+    enable_fast_path(model, mode, capture=capture)
+    try:
+        with torch.inference_mode():
+            torch.manual_seed(seed)
+            first = model.generate(**call)
+            torch.manual_seed(seed)
+            second = model.generate(**call)
+    finally:
+        enable_fast_path(model, "none")
+    return first, second
+
+
+__all__ = ["QUESTIONS", "eager_and_fast", "plain_call", "prompt_batch", "sample_images", "sampled_twice"]

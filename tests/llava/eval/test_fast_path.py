@@ -58,6 +58,12 @@ def test_loader_answers_as_eager(tiny_llava_checkpoint, bench_data, tmp_path, tr
     with caplog.at_level(logging.INFO, logger="llava.model.fast_generation"):
         fast = _loader_answers(checkpoint, bench_data, tmp_path, "compile", "--batch-size", batch)
     assert fast == eager
+    if projector == "mlp2x_gelu":  # --fast changes no answer, so answers made eagerly resume on the fast path
+        before = (tmp_path / "answers-none.jsonl").read_text()
+        model_vqa_loader.main(["--model-path", str(checkpoint), "--question-file", str(bench_data.vqa), "--image-folder",
+                               str(bench_data.images), "--answers-file", str(tmp_path / "answers-none.jsonl"),
+                               "--temperature", "0", "--max_new_tokens", "12", "--device", "cpu", "--fast", "compile"])
+        assert (tmp_path / "answers-none.jsonl").read_text() == before
     said = [record.getMessage() for record in caplog.records if "run eagerly" in record.getMessage()]
     if projector == "prumerge":  # its token count depends on the image: tower and projector eager, the LLM compiled
         assert said == ["--fast compile: the projector's token count depends on the image, so the vision tower and "

@@ -9,7 +9,6 @@ shape and stopping rule is cheap to check; the compiled and captured paths are c
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,27 +18,9 @@ from llava.model.decode_plan import DecodePlan, decode_plan
 from llava.model.fast_decode import bucket, cache_length
 from llava.model.fast_generation import enable_fast_path
 from llava.model.static_cache import StaticKV, slot_mask
-from llava.testing.fast_paths import QUESTIONS, eager_and_fast, plain_call, prompt_batch
-from llava.testing.tiny import build_tiny_llava_checkpoint
-
-from ._support import load
+from llava.testing.fast_paths import QUESTIONS, eager_and_fast, plain_call, prompt_batch, sampled_twice
 
 TEMPLATES = {"llama": "vicuna_v1", "qwen2": "qwen_1_5", "mistral": "mistral_instruct"}
-
-
-@pytest.fixture(scope="module")
-def family(tmp_path_factory, tiny_tower_dir, tiny_tokenizer_dir, tiny_qwen_tokenizer_dir):
-    cache: dict[str, tuple] = {}
-    root = tmp_path_factory.mktemp("fast_decode")
-    tokenizers = {"llama": tiny_tokenizer_dir, "mistral": tiny_tokenizer_dir, "qwen2": tiny_qwen_tokenizer_dir}
-
-    def get(llm: str):
-        if llm not in cache:
-            path = build_tiny_llava_checkpoint(Path(root) / f"llava-fast-{llm}", tiny_tower_dir, tokenizers[llm], llm=llm)
-            cache[llm] = load(path)
-        return cache[llm]
-
-    return get
 
 
 # ------------------------------------------------------------------------------------------ equal to eager
@@ -147,15 +128,7 @@ def test_sampling_on_the_fast_path_is_seeded_and_in_range(family) -> None:
     tokenizer, model, image_processor, _ = family("llama")
     call = {**prompt_batch(tokenizer, image_processor, model, QUESTIONS[:2]), "do_sample": True, "temperature": 0.7,
             "top_p": 0.9, "max_new_tokens": 6}
-    enable_fast_path(model, "compile", capture=plain_call)
-    try:
-        with torch.inference_mode():
-            torch.manual_seed(3)
-            first = model.generate(**call)
-            torch.manual_seed(3)
-            second = model.generate(**call)
-    finally:
-        enable_fast_path(model, "none")
+    first, second = sampled_twice(model, "compile", call, seed=3, capture=plain_call)
     assert torch.equal(first, second) and first.shape[0] == 2
     assert ((first >= 0) & (first < model.lm_head.out_features)).all()
 
@@ -163,15 +136,14 @@ def test_sampling_on_the_fast_path_is_seeded_and_in_range(family) -> None:
 # ------------------------------------------------------------------------------------------ the parts
 
 
-def test_buckets_grow_by_at_most_half_and_hold_every_length() -> None:
-    ladder = [bucket(1)]
-    while ladder[-1] < 5000:
-        ladder.append(bucket(ladder[-1] + 1))
-    assert ladder[:10] == [16, 24, 32, 48, 64, 96, 128, 192, 256, 384]
-    assert all(b / a <= 1.5 for a, b in zip(ladder, ladder[1:]))
-    for length in (1, 16, 17, 66, 626, 700, 2049):
-        assert bucket(length) >= length and bucket(length) == min(size for size in ladder if size >= length)
-    assert cache_length(600, 4096) == 768 and cache_length(1100, 1024) == 1536 and cache_length(1000, 1024) == 1024
+def test_buckets_pad_a_prompt_by_at_most_a_quarter_or_16_tokens() -> None:
+    for length in range(1, 5000):
+        size = bucket(length)
+        assert length <= size <= max(16, length + 16, length * 5 // 4) and bucket(size) == size
+    ladder = sorted({bucket(length) for length in range(1, 1100)})
+    assert ladder[:12] == [16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256]
+    assert ladder[-6:] == [512, 640, 768, 896, 1024, 1280]  # LLaVA-1.5's 626-760-token prompts: 640 or 768
+    assert cache_length(600, 4096) == 640 and cache_length(1100, 1024) == 1280 and cache_length(1000, 1024) == 1024
 
 
 def test_slot_mask_matches_the_rule_written_out() -> None:
