@@ -80,7 +80,8 @@ class CudaGraphCall:
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(self.graph, pool=pool):
+            # thread_local: eager CUDA work of other threads (a server's other requests) may go on during a capture
+            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
                 self.static_out = fn(*self.static_args)
         except RuntimeError as exc:
             raise RuntimeError(f"CUDA graph capture failed ({exc}); use --fast compile or none") from exc

@@ -269,18 +269,15 @@ def _drive(state: DecodeState, plan: DecodePlan) -> torch.LongTensor:
 
 
 def _finish_point(tokens: torch.Tensor, eos: torch.Tensor | None, start: int, plan: DecodePlan) -> int | None:
-    """How many tokens to keep when every row finished within ``tokens`` ``[B, t]`` (by an EOS id or a stopping
-    criterion from position ``start`` on), else ``None``."""
-    finished = torch.zeros(tokens.shape[0], dtype=torch.bool)
+    """How many tokens to keep when every row finished within ``tokens`` ``[B, t]`` (by an EOS id, or by a stopping
+    criterion at a position from ``start`` on: earlier ones were checked at an earlier read), else ``None``."""
     hits = torch.isin(tokens, eos) if eos is not None else torch.zeros_like(tokens, dtype=torch.bool)
-    for index in range(tokens.shape[1]):
-        finished |= hits[:, index]
-        if index >= start and plan.stopping_criteria:
-            for criterion in plan.stopping_criteria:
-                finished |= criterion(tokens[:, : index + 1], None).to(torch.bool).cpu()
-        if bool(finished.all()):
-            return index + 1
-    return None
+    for index in range(start, tokens.shape[1]) if plan.stopping_criteria else ():
+        for criterion in plan.stopping_criteria:
+            hits[:, index] |= criterion(tokens[:, : index + 1], None).to(torch.bool).cpu()
+    finished = hits.to(torch.int8).cummax(dim=1).values.bool().all(dim=0)  # [t]: every row finished by then
+    found = finished.nonzero()
+    return int(found[0]) + 1 if len(found) else None
 
 
 def _watch(tokens: torch.Tensor, start: int, end: int | None, plan: DecodePlan) -> int:

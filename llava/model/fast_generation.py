@@ -104,27 +104,38 @@ def make_capture(mode: str, device: torch.device) -> Capture:
             # fullgraph: a graph break is an error (the call then generates eagerly, said once), never a half-compiled step
             fn = torch.compile(fn, dynamic=None, fullgraph=True, backend=os.environ.get(COMPILE_BACKEND_VARIABLE) or "inductor")
             if device.type != "cuda":
-                fn(*example)  # compiles now, before the call's state is loaded
-                return _without_guard_checks(fn)
+                return _compiled_call(fn, example)
         return CudaGraphCall(fn, example, pool=pool)
 
     return capture
 
 
-def _without_guard_checks(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """``compiled`` called with dynamo's guards evaluated only where they tell its compiled versions apart.
+def _compiled_call(compiled: Callable[..., Any], example: tuple[torch.Tensor, ...]) -> Callable[..., Any]:
+    """``compiled(*args)`` run on fixed copies of the inputs (as a CUDA graph replay is), compiled now on ``example``,
+    and called with dynamo's guards evaluated only where they tell its compiled versions apart.
 
-    Every call of a step passes the same tensors (the state's, updated in place), so the guards checked when it was
-    compiled (one per parameter, buffer and config attribute of the model) would pass again: checking them costs
-    more than the step of a small model. ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` (torch >= 2.6)
-    skips them; older versions check them.
+    Every call passes the same tensors (the state's, updated in place; the copies of the inputs), so the guards
+    checked when it was compiled (one per parameter, buffer and config attribute of the model) would pass again:
+    checking them costs more than the step of a small model. ``torch.compiler.set_stance(skip_guard_eval_unsafe=
+    True)`` (torch >= 2.6) skips them; should dynamo still find that it must compile again, the call is repeated
+    with the guards checked.
     """
-    if "skip_guard_eval_unsafe" not in inspect.signature(torch.compiler.set_stance).parameters:
-        return compiled
+    inputs = tuple(tensor.clone() for tensor in example)
+    compiled(*inputs)  # compiles now, before a call's state is loaded
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    fast_guards = set_stance is not None and "skip_guard_eval_unsafe" in inspect.signature(set_stance).parameters
 
-    def call(*args: Any) -> Any:
-        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-            return compiled(*args)
+    def call(*args: torch.Tensor) -> Any:
+        for target, source in zip(inputs, args):
+            target.copy_(source)
+        if fast_guards:
+            try:
+                with set_stance(skip_guard_eval_unsafe=True):
+                    return compiled(*inputs)
+            except RuntimeError as error:  # raised before the step runs: compile again, with every guard checked
+                if "skip_guard_eval_unsafe" not in str(error):
+                    raise
+        return compiled(*inputs)
 
     return call
 
