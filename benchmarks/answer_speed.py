@@ -181,6 +181,8 @@ def measure(answering: Answering, items: list[Any], batch: int, args: argparse.N
         "decode_ms_per_step": round(decode / (new - 1) * 1e3, 3),
         "decode_tokens_per_s": round(batch * (new - 1) / decode, 2) if decode > 0 else None,
         "questions_per_s": round(batch / whole, 3),
+        "rounds_ms": {"first_token": [round(value * 1e3, 3) for value in firsts],
+                      "answer": [round(value * 1e3, 3) for value in wholes]},
         "answers": texts,
     }
 
@@ -194,45 +196,74 @@ def visual_tokens(generator: Any, image: Path) -> int:
         return int(model.image_features(pixels, sizes)[0].shape[0])
 
 
-def run(args: argparse.Namespace, device: str, dtype: torch.dtype, paths: list[str], started: float) -> tuple[list, list]:
-    """Every setting's row, and the settings the time budget left out."""
-    from llava.fast_flag import use_fast
+class Report:
+    """The rows so far, written to ``--out`` after each one (a run cut short by its time box keeps what it measured)."""
+
+    def __init__(self, out: str, header: dict[str, Any], started: float) -> None:
+        self.out, self.header, self.started = out, header, started
+        self.rows: list[dict[str, Any]] = []
+        self.skipped: list[str] = []
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        print(_line(row), file=sys.stderr, flush=True)
+        self.save()
+
+    def save(self) -> dict[str, Any]:
+        result = {"header": {**self.header, "seconds": round(time.perf_counter() - self.started, 1)}, "rows": self.rows,
+                  "skipped": self.skipped}
+        write_json(self.out, result)
+        return result
+
+
+def run(args: argparse.Namespace, device: str, dtype: torch.dtype, paths: list[str], report: Report) -> None:
+    """Every setting's row into ``report``; the settings the time budget leaves out are listed as skipped."""
     from llava.generation import load_generator
 
     checkpoint = write_random_llava(args.cache, Shape(args.layers, args.shrink), args.projectors, device=device, dtype=dtype)
-    print(f"checkpoint ready after {time.perf_counter() - started:.0f} s: {checkpoint.base.parent}", file=sys.stderr, flush=True)
-    rows, skipped = [], []
+    print(f"checkpoint ready after {time.perf_counter() - report.started:.0f} s: {checkpoint.base.parent}", file=sys.stderr,
+          flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         images = write_images(Path(scratch), max(args.batch_sizes) * args.rounds)
         items = items_for(images)
         for projector in args.projectors:
-            if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
-                skipped += [f"{projector} (all)"]
+            if _out_of_time(args, report):
+                report.skipped.append(f"{projector} (all)")
                 continue
             generator, name = load_generator(str(checkpoint.projectors[projector]), str(checkpoint.base), "vicuna_v1", device, fast="none")
             generator.model.to(dtype=dtype)
             generator.dtype = dtype
             generator.model.generation_config.min_new_tokens = args.new_tokens
             answering = Answering(generator, name, device, Path(scratch))
-            tokens = visual_tokens(generator, images[0])
-            for batch in args.batch_sizes:
-                eager_texts = None
-                for fast in paths:
-                    if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
-                        skipped.append(f"{projector} batch {batch} --fast {fast}")
-                        continue
-                    use_fast(generator.model, fast)
-                    row = {"projector": projector, "visual_tokens": tokens, "fast": fast, **measure(answering, items, batch, args)}
-                    texts = row.pop("answers")
-                    eager_texts = texts if fast == "none" else eager_texts
-                    row["same_answers"] = None if fast == "none" or eager_texts is None else texts == eager_texts
-                    rows.append(row)
-                    print(_line(row), file=sys.stderr, flush=True)
+            measure_projector(answering, projector, visual_tokens(generator, images[0]), items, paths, args, report)
             del generator, answering
             gc.collect()
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
-    return rows, skipped
+    report.save()
+
+
+def measure_projector(answering: Answering, projector: str, tokens: int, items: list[Any], paths: list[str],
+                      args: argparse.Namespace, report: Report) -> None:
+    """One loaded projector at every batch size and path; greedy answers of a fast path are compared with eager's."""
+    from llava.fast_flag import use_fast
+
+    for batch in args.batch_sizes:
+        eager_texts = None
+        for fast in paths:
+            if _out_of_time(args, report):
+                report.skipped.append(f"{projector} batch {batch} --fast {fast}")
+                continue
+            use_fast(answering.generator.model, fast)
+            row = {"projector": projector, "visual_tokens": tokens, "fast": fast, **measure(answering, items, batch, args)}
+            texts = row.pop("answers")
+            eager_texts = texts if fast == "none" else eager_texts
+            row["same_answers"] = None if fast == "none" or eager_texts is None else texts == eager_texts
+            report.add(row)
+
+
+def _out_of_time(args: argparse.Namespace, report: Report) -> bool:
+    return args.budget_s is not None and time.perf_counter() - report.started > args.budget_s
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -265,24 +296,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         resolve_fast(fast, device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    rows, skipped = run(args, device, dtype, paths, started)
     import transformers
 
     header = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else f"cpu ({platform.processor() or platform.machine()}, "
-                  f"{torch.get_num_threads()} threads)",
+        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else
+        f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
         "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "transformers": transformers.__version__,
-        "shape": Shape(args.layers, args.shrink).key, "seconds": round(time.perf_counter() - started, 1),
+        "shape": Shape(args.layers, args.shrink).key,
     }
-    result = {"header": header, "rows": rows, "skipped": skipped}
-    write_json(args.out, result)
-    print(table(rows))
-    if skipped:
-        print(f"\nskipped (time budget): {', '.join(skipped)}")
-    return result
+    report = Report(args.out, header, time.perf_counter())
+    run(args, device, dtype, paths, report)
+    print(table(report.rows))
+    if report.skipped:
+        print(f"\nskipped (time budget): {', '.join(report.skipped)}")
+    return report.save()
 
 
 if __name__ == "__main__":
