@@ -79,7 +79,7 @@ $(VLLM_VENV)/.installed: setup.py scripts/vllm/torchvision_cpu_ops.py
 vllm-check: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm --basetemp=$(VLLM_VENV)/pytest-tmp tests/vllm
 
-# The CUDA paths and GPU benchmarks (issue 15), on a machine with a GPU and a CUDA build of torch in the active
+# The CUDA paths and GPU benchmarks (issues 15 and 29), on a machine with a GPU and a CUDA build of torch in the active
 # python3 (not the CPU venv above); results in outputs/gpu. See README, "GPU check".
 gpu-check:
 	bash scripts/gpu/check.sh

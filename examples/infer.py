@@ -8,8 +8,8 @@ Prints the answer; ``--output`` also writes ``{"model_path", "visual_tokens", "i
 ``visual_tokens`` is the number of tokens the projector gives this image (C² + S for a Braco budget). Decoding is
 greedy by default (``--temperature 0``), seeded by ``--seed``, in the ``vicuna_v1`` template. Any LLaVA checkpoint of
 this project works (full stage-2 folders; a stage-1 projector folder or a LoRA folder with ``--model-base``), on a GPU
-(float16) or, with ``--device cpu``, on the CPU (float32). ``--llava-root`` is accepted for the official command line
-and not needed: this repository is the LLaVA code.
+(float16) or, with ``--device cpu``, on the CPU (float32); ``--fast`` picks the generation path (``llava.fast_flag``).
+``--llava-root`` is accepted for the official command line and not needed: this repository is the LLaVA code.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file from a checkout: import llava and braco_patch from it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from llava.fast_flag import add_fast_flag, resolve_fast, use_fast  # noqa: E402  (light: no torch)
 from llava.numeric import number_type  # noqa: E402  (light: no torch)
 from llava.outputs import guard_outputs, write_json  # noqa: E402  (light: no torch)
 from llava.utils import UserError, cli_main, setup_logging  # noqa: E402
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--question", default="Describe this image in detail.")
     parser.add_argument("--model-base", default=None, help="base LLM, for a stage-1 projector folder or a LoRA folder")
     parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when there is a GPU, else cpu)")
+    add_fast_flag(parser)
     parser.add_argument("--conv-mode", default="vicuna_v1", help="conversation template (default: vicuna_v1)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0: sampling")
@@ -86,6 +88,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     check_checkpoint(model_path, args.model_base)
     guard_outputs(inputs={"--image": image_path, "--model-path": model_path}, files={"--output": args.output})
     device = resolve_device(args.device)
+    fast = resolve_fast(args.fast, device)
     if args.llava_root is not None:
         logger.info("--llava-root is not needed: this repository is the LLaVA code; ignoring %s", args.llava_root)
 
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tokenizer, model, image_processor, context_len = load_pretrained_model(str(model_path), args.model_base, name, device=device)
     check_template_fits(args.conv_mode, tokenizer)
     model.to(dtype=dtype).eval()
+    use_fast(model, fast)
     set_seed(args.seed)
 
     generator = LlavaGenerator(tokenizer, model, image_processor, conv_mode=args.conv_mode, device=device, dtype=dtype)

@@ -2,7 +2,8 @@
 
 :class:`LlavaGenerator` builds upstream's prompts (image markers, the template), batches them with left padding
 and decodes greedy or sampled answers; :func:`load_generator` loads a checkpoint through
-``load_pretrained_model`` on a device (float16 on CUDA, float32 elsewhere). :mod:`llava.eval.core` runs the
+``load_pretrained_model`` on a device (float16 on CUDA, float32 elsewhere) and puts it on the ``--fast`` path
+(:mod:`llava.fast_flag`). :mod:`llava.eval.core` runs the
 question loop around it. :class:`GenerationConfig` (upstream's sampling options) and :func:`default_device` also
 serve ``run_llava`` and the serving stack.
 """
@@ -21,6 +22,7 @@ from PIL import Image
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
 from llava.devices import default_device, default_dtype, resolve_device
+from llava.fast_flag import resolve_fast, use_fast
 from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
 from llava.utils import UserError
@@ -147,12 +149,14 @@ class LlavaGenerator:
 
 
 def load_generator(
-    model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None
+    model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None,
+    *, fast: str | None = None,
 ) -> tuple[LlavaGenerator, str]:
     """Load a checkpoint with ``load_pretrained_model`` on ``device`` and wrap it.
 
     ``projector_settings`` (``--projector-setting KEY=VALUE``) change runtime settings of the projector's
     compressor plugin after loading (e.g. a nested-query compressor's token count), checked by the plugin.
+    ``fast`` is ``--fast`` (:mod:`llava.fast_flag`; ``None``: the device's default).
 
     Returns:
         ``(generator, model name)``.
@@ -161,6 +165,7 @@ def load_generator(
     from llava.utils import disable_torch_init, enable_torch_init
 
     device = resolve_device(device)
+    fast = resolve_fast(fast, device)
     dtype = default_dtype(device)
     model_path = os.path.expanduser(model_path)
     model_name = get_model_name_from_path(model_path)
@@ -176,6 +181,7 @@ def load_generator(
     if model.dtype != dtype:
         model.to(dtype=dtype)
     model.eval()
+    use_fast(model, fast)
     return LlavaGenerator(tokenizer, model, image_processor, conv_mode=_conv_mode_for(model_name, conv_mode), device=device, dtype=dtype), model_name
 
 

@@ -65,7 +65,10 @@ def make_fast(
 class CudaGraphCall:
     """``fn(*args)`` captured into one CUDA graph on static copies of ``example_args``."""
 
-    def __init__(self, fn: Callable[..., Any], example_args: tuple[torch.Tensor, ...], warmup: int = 3) -> None:
+    def __init__(self, fn: Callable[..., Any], example_args: tuple[torch.Tensor, ...], warmup: int = 3, *,
+                 pool: Any = None) -> None:
+        """``pool``: a ``torch.cuda.graph_pool_handle()`` shared with other graphs that never replay at the same time
+        (each graph's intermediate tensors then reuse one pool)."""
         import torch
 
         self.static_args = tuple(a.clone() for a in example_args)
@@ -77,7 +80,8 @@ class CudaGraphCall:
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(self.graph):
+            # thread_local: eager CUDA work of other threads (a server's other requests) may go on during a capture
+            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
                 self.static_out = fn(*self.static_args)
         except RuntimeError as exc:
             raise RuntimeError(f"CUDA graph capture failed ({exc}); use --fast compile or none") from exc

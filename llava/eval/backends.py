@@ -61,11 +61,11 @@ class LocalBackend:
     def record(self, producer: dict[str, Any]) -> dict[str, Any]:
         return producer
 
-    def generator_factory(self, device: str, settings: dict[str, Any]) -> Callable[[], tuple[Any, str]]:
+    def generator_factory(self, device: str, settings: dict[str, Any], fast: str = "none") -> Callable[[], tuple[Any, str]]:
         from llava.generation import load_generator
 
         args = self.args
-        return lambda: load_generator(args.model_path, args.model_base, args.conv_mode, device, settings)
+        return lambda: load_generator(args.model_path, args.model_base, args.conv_mode, device, settings, fast=fast)
 
 
 class EndpointBackend:
@@ -111,7 +111,8 @@ class EndpointBackend:
         producer["backend"] = self.name
         return producer
 
-    def generator_factory(self, device: str, settings: dict[str, Any]) -> Callable[[], tuple[Any, str]]:
+    def generator_factory(self, device: str, settings: dict[str, Any], fast: str = "none") -> Callable[[], tuple[Any, str]]:
+        """The endpoint's generator; ``fast`` is the server's business and is not used here."""
         from llava.openai_client import EndpointGenerator
 
         return lambda: (EndpointGenerator(self.endpoint, self.model, self.args.batch_size), self.model)

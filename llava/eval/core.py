@@ -57,6 +57,7 @@ from llava.eval.items import (
     split_list,
 )
 from llava.eval.provenance import Provenance, model_files, producer_record, records_fingerprint
+from llava.fast_flag import add_fast_flag, resolve_fast
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
@@ -235,6 +236,7 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
     parser.add_argument("--skip-missing", "--skip_missing", dest="skip_missing", action="store_true",
                         help="skip and count questions whose image is missing or unreadable instead of stopping")
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
+    add_fast_flag(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="start a new answers file instead of resuming (needed when the model or settings changed)")
     parser.add_argument("--projector-setting", "--projector_setting", dest="projector_settings", action="append",
@@ -392,7 +394,7 @@ def run_parsed(
 ) -> RunResult:
     """:func:`run_loader` on already parsed arguments.
 
-    Checks, in order and before any model loads: the decoding values, the device, the projector settings, the
+    Checks, in order and before any model loads: the decoding values, the device and ``--fast``, the projector settings, the
     backend's flags (:mod:`llava.eval.backends`), the conversation template's name, the output path against the
     question file, then every record of the question file (fields and types, and that no two questions share an answer
     identity, :func:`check_unique_items`), the output path against every file the run reads (:func:`read_inputs`),
@@ -402,6 +404,7 @@ def run_parsed(
     setup_logging()
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
     device = resolve_device(args.device)
+    fast = resolve_fast(getattr(args, "fast", None), device)
     settings = projector_settings(args)
     backend = loader_backend(args, settings)
     check_template_name(args.conv_mode)
@@ -421,7 +424,7 @@ def run_parsed(
     producer = backend.record(
         producer_record(_recorded_args(args, settings), model_id, questions=records_fingerprint(records[start:stop]))
     )
-    load = backend.generator_factory(device, settings)
+    load = backend.generator_factory(device, settings, fast)
 
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:

@@ -46,7 +46,7 @@ FORMAT = 1
 #: paths are recorded through their fingerprints and the question file through the hash of its records.
 NEUTRAL_FLAGS = frozenset({
     "answers_file", "question_file", "image_folder", "num_chunks", "chunk_idx", "batch_size", "skip_missing",
-    "device", "overwrite", "model_path", "model_base",
+    "device", "fast", "overwrite", "model_path", "model_base",
 })
 
 #: Files up to this size are fingerprinted by their whole content.

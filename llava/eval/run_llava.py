@@ -1,7 +1,7 @@
 """Answer one question about one or more images: ``python -m llava.eval.run_llava``.
 
 Same flags and defaults as upstream (``--model-path --model-base --image-file --query --conv-mode --sep
---temperature --top_p --num_beams --max_new_tokens``), plus ``--device``. Several images are given as one
+--temperature --top_p --num_beams --max_new_tokens``), plus ``--device`` and ``--fast`` (:mod:`llava.fast_flag`). Several images are given as one
 ``--image-file`` separated by ``--sep`` (default ``,``). The answer is printed to stdout.
 
 ``--video-file`` (instead of ``--image-file``) asks about a video: its frames are sampled by LLaVA-NeXT's rule
@@ -19,6 +19,7 @@ from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_name, conv_templates, resolve_conv_mode
+from llava.fast_flag import add_fast_flag, resolve_fast, use_fast
 from llava.generation import GenerationConfig, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
@@ -26,7 +27,9 @@ from llava.utils import UserError, cli_main, setup_logging
 from llava.video import VideoPlan, check_frame_flags, probe_video, refuse_video_as_image
 
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
-_OPTIONAL_DEFAULTS: dict[str, Any] = {"temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None}
+_OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "temperature": 0.2, "top_p": None, "num_beams": 1, "max_new_tokens": 512, "device": None, "fast": None,
+}
 
 
 def build_query(query: str, num_images: int, model_config: Any) -> str:
@@ -97,7 +100,7 @@ def eval_model(args: Any) -> str:
     ``args`` is the parsed command line or any object with upstream's attributes (``model_path, model_base,
     query, conv_mode, image_file, sep, temperature, top_p, num_beams, max_new_tokens``; upstream's README
     builds one with ``type("Args", (), {...})()``). Missing optional attributes take the command line's
-    defaults; ``device`` (ours) defaults to cuda when available, else cpu.
+    defaults; ``device`` (ours) defaults to cuda when available, else cpu; ``fast`` (ours) to the device's default.
     """
     from llava.model.builder import load_pretrained_model
     from llava.model.checkpoint_layout import require_multimodal
@@ -106,6 +109,7 @@ def eval_model(args: Any) -> str:
     # Decoding values, the device, the template's name and the images (or the video) first, so each mistake fails before the slow model load.
     config = GenerationConfig(**{key: options[key] for key in ("temperature", "top_p", "num_beams", "max_new_tokens")})
     device = resolve_device(options["device"])
+    fast = resolve_fast(options["fast"], device)
     if getattr(args, "conv_mode", None) is not None:
         check_template_name(args.conv_mode)
     images = load_visuals(args)
@@ -114,6 +118,7 @@ def eval_model(args: Any) -> str:
     tokenizer, model, image_processor, _ = load_pretrained_model(
         args.model_path, getattr(args, "model_base", None), model_name, device=device
     )
+    use_fast(model, fast)
 
     conv = conv_templates[resolve_conv_mode(model_name, getattr(args, "conv_mode", None), tokenizer)].copy()
     conv.append_message(conv.roles[0], build_query(args.query, len(images), model.config))
@@ -158,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_beams", "--num-beams", dest="num_beams", type=int, default=1)
     parser.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=512)
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
+    add_fast_flag(parser)
     return parser
 
 

@@ -29,6 +29,7 @@ import copy
 import logging
 from abc import ABC
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import torch
@@ -42,6 +43,7 @@ from llava.model.cache_argument import cache_argument, take_cache
 from . import image_encoding, patch_merge, splice
 from .compressor_text import QuestionIds, text_per_image
 from .context_length import check_prompt_lengths, cut_training_sequences
+from .fast_generation import CAPTURED_IMAGES, fast_path
 from .greedy import greedy_decode, greedy_plan
 from .image_encoding import TextPerImage, attention_layer_for, check_needs, encode_views, grid_shape
 from .multimodal_encoder.builder import build_vision_tower
@@ -283,9 +285,12 @@ class LlavaMetaForCausalLM(ABC):
         """Generate from prompts with images; returns only the new tokens, ``[B, new_tokens]``.
 
         The images are spliced into ``inputs_embeds`` and only those go to transformers' ``generate``, so the
-        prompt is not echoed (upstream's behaviour). Plain greedy decoding (no sampling, one beam, no
-        processors other than ``min_new_tokens``, no stopping criteria or streamer; see
-        :func:`llava.model.greedy.greedy_plan`) runs as a short loop instead
+        prompt is not echoed (upstream's behaviour). With the fast path on (``--fast``,
+        :func:`llava.model.fast_generation.enable_fast_path`), greedy and sampled calls (with a streamer and stopping
+        criteria too) run on a static cache in captured or compiled steps, the tower and a fixed-count projector
+        captured as well (:mod:`llava.model.fast_generation`); other calls, and every call without it, run eagerly.
+        Eager plain greedy decoding (no sampling, one beam, no processors other than ``min_new_tokens``, no stopping
+        criteria or streamer; see :func:`llava.model.greedy.greedy_plan`) runs as a short loop
         (:func:`llava.model.greedy.greedy_decode`: the same tokens without transformers' per-call and per-token
         bookkeeping, which cost a quarter of a small model's batch-1 answer).
 
@@ -307,15 +312,14 @@ class LlavaMetaForCausalLM(ABC):
             raise ValueError(f"{name}.generate needs prompt token ids in inputs, got None")
         position_ids = kwargs.pop("position_ids", None)
         attention_mask = kwargs.pop("attention_mask", None)
-        if images is not None:
-            _, position_ids, attention_mask, _, inputs_embeds, _ = self.prepare_inputs_labels_for_multimodal(
-                inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left",
-                modalities=modalities,
-                question_ids=question_ids,
+        fast = fast_path(self)
+        with fast.call(kwargs) if fast is not None else nullcontext() as run:
+            inputs_embeds, position_ids, attention_mask = self._prompt_embeds(
+                inputs, position_ids, attention_mask, images, image_sizes, modalities, question_ids
             )
-        else:
-            splice.check_no_image_markers(inputs)
-            inputs_embeds = self.get_model().embed_tokens(inputs)
+            tokens = None if run is None else run.decode(inputs_embeds, attention_mask, position_ids)
+        if tokens is not None:
+            return tokens
         plan = greedy_plan(self.generation_config, kwargs)
         if plan is not None:
             return greedy_decode(self._last_logits, inputs_embeds, attention_mask, position_ids, plan)
@@ -324,6 +328,28 @@ class LlavaMetaForCausalLM(ABC):
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
         return super().generate(inputs_embeds=inputs_embeds, **kwargs)
+
+    def _prompt_embeds(
+        self,
+        inputs: torch.LongTensor,
+        position_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        images: ImageInput | None,
+        image_sizes: Sequence[Sequence[int]] | None,
+        modalities: Sequence[str] | str | None,
+        question_ids: QuestionIds | None,
+    ) -> tuple[torch.Tensor, torch.LongTensor | None, torch.Tensor | None]:
+        """``(inputs_embeds [B, L, hidden], position_ids, attention_mask)`` of left-padded prompts with images
+        spliced in (or of text alone)."""
+        if images is None:
+            splice.check_no_image_markers(inputs)
+            return self.get_model().embed_tokens(inputs), position_ids, attention_mask
+        _, position_ids, attention_mask, _, inputs_embeds, _ = self.prepare_inputs_labels_for_multimodal(
+            inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left",
+            modalities=modalities,
+            question_ids=question_ids,
+        )
+        return inputs_embeds, position_ids, attention_mask
 
     def _last_logits(
         self,
@@ -375,6 +401,11 @@ class LlavaMetaForCausalLM(ABC):
             ValueError: If the plugin needs a square grid and the tower's is not, or ``text`` does not match the
                 images one to one.
         """
+        captured = CAPTURED_IMAGES.get()  # set by the fast path for the generate call running in this thread
+        if captured is not None and text is None and isinstance(images, torch.Tensor) and images.ndim == 4:
+            features = captured(images)
+            if features is not None:
+                return features
         return image_encoding.encode_images(
             self.get_vision_tower(), self.get_model().mm_projector, images, self.config,
             text=text, run_language_model=self._run_language_model,

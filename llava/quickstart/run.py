@@ -41,6 +41,7 @@ import torch
 
 from llava.conversation import check_template_fits, conv_templates
 from llava.eval.compare import plot_pareto
+from llava.fast_flag import add_fast_flag, resolve_fast
 from llava.mm_utils import tokenizer_image_token
 from llava.outputs import check_writable_folder, disk_errors
 from llava.utils import setup_logging
@@ -124,6 +125,8 @@ class QuickstartConfig:
     seed: int = 0
     #: Clips of moving shapes instead of still scenes (``train_scenes`` then counts clips).
     video: bool = False
+    #: The answering loaders' ``--fast`` (``None``: their default, eager on the CPU).
+    fast: str | None = None
 
 
 #: ``--reduced``: the same steps on less data and fewer epochs (CI).
@@ -208,12 +211,17 @@ def finetune_flags(models: Models, data: DatasetFiles, projector: str, config: Q
     ]
 
 
-def answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path, conv_mode: str) -> list[str]:
+def answer_flags(checkpoint: Path, data: DatasetFiles, answers: Path, conv_mode: str, fast: str | None = None) -> list[str]:
     return [
         "--model-path", str(checkpoint), "--question-file", str(data.questions), "--image-folder", str(data.images),
         "--answers-file", str(answers), "--temperature", "0", "--conv-mode", conv_mode, "--max_new_tokens", "4",
-        "--batch-size", "16", "--device", "cpu", "--overwrite",
+        "--batch-size", "16", "--device", "cpu", "--overwrite", *fast_flags(fast),
     ]
+
+
+def fast_flags(fast: str | None) -> list[str]:
+    """``["--fast", fast]``, or nothing for the loaders' default."""
+    return [] if fast is None else ["--fast", fast]
 
 
 def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path, conv_mode: str) -> int:
@@ -253,9 +261,9 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
     seconds["stage2"] = time.perf_counter() - started
     started = time.perf_counter()
     if config.video:
-        model_vqa_video.main(video_answer_flags(finetune_dir, data, answers, models.template))
+        model_vqa_video.main(video_answer_flags(finetune_dir, data, answers, models.template) + fast_flags(config.fast))
     else:
-        model_vqa_loader.main(answer_flags(finetune_dir, data, answers, models.template))
+        model_vqa_loader.main(answer_flags(finetune_dir, data, answers, models.template, config.fast))
     seconds["eval"] = time.perf_counter() - started
     flops = video_prefill_flops(finetune_dir, prompt_tokens) if config.video else prefill_flops(finetune_dir, prompt_tokens)
     return RunResult(
@@ -265,7 +273,8 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
 
 
 def validate_config(config: QuickstartConfig) -> None:
-    """Check the settings before anything is written: every projector name resolves, sizes are positive.
+    """Check the settings before anything is written: every projector name resolves, sizes are positive, ``fast``
+    runs on the CPU.
 
     Raises:
         ValueError: Naming the first bad setting and what is accepted.
@@ -281,6 +290,7 @@ def validate_config(config: QuickstartConfig) -> None:
         value = getattr(config, name)
         if value < 1:
             raise ValueError(f"quickstart setting {name} must be at least 1, got {value}")
+    resolve_fast(config.fast, "cpu")  # the answers run on the CPU: --fast cudagraph is one sentence, before any work
 
 
 def prepare_out(out: str | Path) -> Path:
@@ -404,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "each plugin's types at 16 tokens per frame (needs the 'video' extra)")
     parser.add_argument("--budget", type=int, default=QuickstartConfig.budget,
                         help="visual tokens per image for --projectors all (default %(default)s)")
+    add_fast_flag(parser)
     return parser
 
 
@@ -419,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
         config = REDUCED if args.reduced else QuickstartConfig()
     if args.budget < 1:
         raise ValueError(f"--budget must be a positive number of visual tokens, got {args.budget}")
-    config = replace(config, budget=args.budget, backbone=args.backbone)
+    config = replace(config, budget=args.budget, backbone=args.backbone, fast=args.fast)
     if args.projectors:
         config = replace(config, projectors=tuple(args.projectors))
     return run_quickstart(args.out, config)

@@ -4,9 +4,10 @@ Reads one user turn per line from stdin until end of input or an empty line, and
 stdout with the generation loop the model worker and the web demo share (:mod:`llava.serve.generation`).
 ``--video-file`` chats about a video instead (frames sampled by LLaVA-NeXT's rule, ``--frames-upbound``, default 16).
 Flags and defaults follow upstream (``--temperature 0.2 --max-new-tokens 512``); ``--device`` defaults to
-CUDA when available, else CPU. ``--endpoint http://127.0.0.1:8000/v1`` chats through an OpenAI-compatible server
-instead (``vllm serve`` with this project's plugin; the key, if any, in ``OPENAI_API_KEY``), which renders the prompt
-with its own chat template; ``--model-path`` and ``--device`` are then not used.
+CUDA when available, else CPU; ``--fast`` picks the generation path (:mod:`llava.fast_flag`).
+``--endpoint http://127.0.0.1:8000/v1`` chats through an OpenAI-compatible server instead (``vllm serve`` with this
+project's plugin; the key, if any, in ``OPENAI_API_KEY``), which renders the prompt with its own chat template;
+``--model-path`` and ``--device`` are then not used.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
+from llava.fast_flag import add_fast_flag
 from llava.utils import UserError, cli_main, setup_logging
 
 from .templates import stop_string
@@ -69,6 +71,7 @@ def _first_turn_pixels(visual: object, model: object, image_processor: object, i
 def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
     # torch and transformers load here, not at import: --help answers at once.
+    from llava.fast_flag import resolve_fast, use_fast
     from llava.generation import check_generation_values, resolve_device
     from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token
     from llava.model.builder import load_pretrained_model
@@ -80,12 +83,14 @@ def run_chat(args: argparse.Namespace) -> None:
     # Flags and the image (or the video) are checked before the (slow) model load, so they fail fast.
     check_generation_values(args.temperature, None, 1, args.max_new_tokens)
     device = resolve_device(args.device)
+    fast = resolve_fast(args.fast, device)
     visual = _load_visual(args)
     model_name = get_model_name_from_path(args.model_path)
     require_multimodal(args.model_path, args.model_base)
     tokenizer, model, image_processor, _ = load_pretrained_model(
         args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device
     )
+    use_fast(model, fast)
     conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
     # ChatML and Gemma role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
     plain = (SeparatorStyle.MPT, SeparatorStyle.CHATML, SeparatorStyle.GEMMA)
@@ -169,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--force-sample", "--force_sample", dest="force_sample", action="store_true",
                         help="always take --frames-upbound evenly spread frames")
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
+    add_fast_flag(parser)
     parser.add_argument("--conv-mode", type=str, default=None)
     parser.add_argument("--temperature", type=float, default=0.2)
     parser.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=512)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from llava.utils import cli_main, setup_logging
 
-from .flags import add_model_flags, add_page_flags, check_bind, model_device, server_limits
+from .flags import add_model_flags, add_page_flags, check_bind, model_device, model_fast, server_limits
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +51,12 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     # Every flag is checked before the (slow) model load.
     options = options_from_args(args)
     device = model_device(args)
+    fast = model_fast(args, device)
     server_limits(args)
     check_bind(args.host, args.port)
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
-        device=device, use_flash_attn=args.use_flash_attn, image_limits=options.image_limits,
+        device=device, fast=fast, use_flash_attn=args.use_flash_attn, image_limits=options.image_limits,
     )
     logger.info("serving %s (compressor panel: %s)", engine.model_name, "on" if engine.has_compressor_view else "off")
     demo = build_demo(LocalBackend(engine, args.limit_model_concurrency), options, [engine.model_name])

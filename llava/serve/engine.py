@@ -148,11 +148,14 @@ class ModelEngine:
         load_8bit: bool = False,
         load_4bit: bool = False,
         device: str = "cuda",
+        fast: str = "none",
         use_flash_attn: bool = False,
         image_limits: ImageLimits = ImageLimits(),
         stream_interval: int = 1,
     ) -> ModelEngine:
-        """Load a checkpoint with ``load_pretrained_model``; ``model_name`` defaults to the path's name."""
+        """Load a checkpoint with ``load_pretrained_model``; ``model_name`` defaults to the path's name; ``fast`` is the
+        generation path (:mod:`llava.fast_flag`)."""
+        from llava.fast_flag import use_fast
         from llava.model.builder import load_pretrained_model
 
         name = model_name or get_model_name_from_path(model_path)
@@ -160,6 +163,7 @@ class ModelEngine:
             model_path, model_base, name, load_8bit, load_4bit, device=device, use_flash_attn=use_flash_attn
         )
         model.eval()
+        use_fast(model, fast)
         return cls(
             tokenizer, model, image_processor, context_len, name,
             image_limits=image_limits, stream_interval=stream_interval,

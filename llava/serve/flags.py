@@ -7,6 +7,7 @@ import errno
 import socket
 from typing import TYPE_CHECKING, Any
 
+from llava.fast_flag import add_fast_flag, resolve_fast
 from llava.numeric import MAX_COUNT, MAX_MEGAPIXELS, MAX_MIB, MAX_SECONDS, number_type, seconds_type
 from llava.utils import UserError
 
@@ -89,12 +90,13 @@ def check_bind(host: str, port: int | None) -> None:
 
 
 def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
-    """``--model-path --model-base --model-name --device --load-8bit --load-4bit --use-flash-attn``, and
+    """``--model-path --model-base --model-name --device --fast --load-8bit --load-4bit --use-flash-attn``, and
     ``--limit-model-concurrency``."""
     add_flag(parser, "--model-path", type=str, required=required, default=None if required else "facebook/opt-350m")
     add_flag(parser, "--model-base", type=str, default=None)
     add_flag(parser, "--model-name", type=str, default=None, help="name shown and matched (default: from --model-path)")
     add_flag(parser, "--device", type=str, default=None, help="default: cuda if available, else cpu")
+    add_fast_flag(parser)
     add_flag(parser, "--load-8bit", action="store_true")
     add_flag(parser, "--load-4bit", action="store_true")
     add_flag(parser, "--use-flash-attn", action="store_true")
@@ -107,6 +109,11 @@ def model_device(args: argparse.Namespace) -> str:
     from llava.devices import resolve_device
 
     return resolve_device(args.device)
+
+
+def model_fast(args: argparse.Namespace, device: str) -> str:
+    """``add_model_flags``' ``--fast`` on the resolved ``device`` (``llava.fast_flag.resolve_fast``)."""
+    return resolve_fast(args.fast, device)
 
 
 def add_image_limit_flags(parser: argparse.ArgumentParser) -> None:
@@ -171,5 +178,5 @@ def add_page_flags(parser: argparse.ArgumentParser) -> None:
 __all__ = [
     "COUNT", "COUNT_OR_ZERO", "MEGAPIXELS", "MIB", "SECONDS", "WHOLE_SECONDS",
     "add_bind_flags", "add_flag", "add_image_limit_flags", "add_model_flags", "add_page_flags", "add_request_limit_flags",
-    "add_server_limit_flags", "check_bind", "image_limits", "model_device", "port_number", "request_limit", "server_limits",
+    "add_server_limit_flags", "check_bind", "image_limits", "model_device", "model_fast", "port_number", "request_limit", "server_limits",
 ]

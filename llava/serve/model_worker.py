@@ -65,6 +65,7 @@ from .flags import (
     check_bind,
     image_limits,
     model_device,
+    model_fast,
     request_limit,
     server_limits,
 )
@@ -326,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logger.info("args: %s", args)
     # Every flag is checked before the (slow) model load.
     device = model_device(args)
+    fast = model_fast(args, device)
     max_request_bytes, limits, server = request_limit(args), image_limits(args), server_limits(args)
     if not args.max_pending_mb >= args.max_request_mb:
         raise UserError(f"--max-pending-mb must be at least --max-request-mb ({args.max_request_mb:g}), got {args.max_pending_mb:g}")
@@ -337,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
-        device=device, use_flash_attn=args.use_flash_attn,
+        device=device, fast=fast, use_flash_attn=args.use_flash_attn,
         image_limits=limits, stream_interval=args.stream_interval,
     )
     worker = ModelWorker(

@@ -1,19 +1,24 @@
 #!/bin/bash
 # Run THERE, on a GPU machine, from the repository root (issue 15). With the device tool (at most 10 minutes a
-# command): first `bash scripts/gpu/fetch_wheels.sh` here, then three calls with carry [".whl"]:
+# command): first `bash scripts/gpu/fetch_wheels.sh` here, then one call per line below, with carry [".whl"]:
 #   GPU_CHECK_STEPS=tests bash scripts/gpu/check.sh
 #   GPU_CHECK_STEPS=bench bash scripts/gpu/check.sh
 #   GPU_CHECK_STEPS=train bash scripts/gpu/check.sh
 #   GPU_CHECK_STEPS=coder bash scripts/gpu/check.sh   (the Braco coder alone, a few minutes: scripts/gpu/coder_timing.sh)
+#   GPU_CHECK_STEPS="fast answer" bash scripts/gpu/check.sh    (issue 29; time boxes 150 + 300 s)
 # Each installs the carried wheels and the project (offline), then runs its steps, time-boxed; a failed step does
 # not stop the next. Results go to $OUT (or outputs/gpu):
 #   gpu_tests.log, gpu_tests.xml   the GPU tests (pytest -m gpu tests/gpu; JUnit XML)
 #   gpu_bench.json, gpu_bench.log  matmul peak, braco cost --measure rows (compressor, prefill; batch 1/8/32)
 #   gpu_train.json, gpu_train.log  stage-2 training step, vanilla vs Braco-16 (LoRA, 7B shape)
+#   gpu_fast.log, gpu_fast.xml     the fast generation path's GPU tests (tests/gpu/test_fast_generation.py)
+#   answer_speed.json, .log        answering through the eval core, 7B shape: TTFT, decode, questions/s at batch
+#                                  1/8/32, eager vs --fast cudagraph, vanilla / Braco-16 / PruMerge-16
 #   coder_speed.json, coder_speed.log  the Braco coder: fused vs step-by-step, eager / CUDA graph / torch.compile
 #   summary.txt                    one screen: versions, device, what passed, failed or could not run
-# Environment: GPU_CHECK_STEPS ("tests bench train coder" by default, for a machine without a time limit),
-# GPU_CHECK_BUDGET_S (total seconds, default 540).
+# Environment: GPU_CHECK_STEPS ("tests bench train coder answer" by default, for a machine without a time limit),
+# GPU_CHECK_BUDGET_S (total seconds, default 540), GPU_ANSWER_ARGS (the answer step's shape and device flags,
+# default "--device cuda --dtype float16"; "--device cpu --layers 1 --shrink 64" checks its wiring on a CPU).
 # Exit status: 0 when every step passed; 1 when a step failed, timed out or was skipped for lack of time (the
 # summary says which); 2 when $OUT is a folder of someone else's files (it is left untouched), a file, or cannot be
 # written.
@@ -88,7 +93,7 @@ print("cuda available", torch.cuda.is_available(), torch.cuda.get_device_name(0)
 PY
 } 2>&1 | tee -a "$SUMMARY"
 
-STEPS=${GPU_CHECK_STEPS:-tests bench train coder}
+STEPS=${GPU_CHECK_STEPS:-tests bench train coder answer}
 if [[ " $STEPS " == *" tests "* ]]; then
     step "GPU tests" 300 python3 -m pytest -q -m gpu tests/gpu -rs \
         --junitxml "$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
@@ -105,6 +110,17 @@ fi
 if [[ " $STEPS " == *" coder "* ]]; then
     step "Braco coder timing" 300 bash scripts/gpu/coder_timing.sh "$OUT" > "$OUT/coder_speed.log" 2>&1
     tail -n 12 "$OUT/coder_speed.log" >> "$SUMMARY"
+fi
+if [[ " $STEPS " == *" fast "* ]]; then
+    step "GPU fast-path tests" 150 python3 -m pytest -q -m gpu tests/gpu/test_fast_generation.py -rs \
+        --junitxml "$OUT/gpu_fast.xml" > "$OUT/gpu_fast.log" 2>&1
+    tail -n 15 "$OUT/gpu_fast.log" >> "$SUMMARY"
+fi
+if [[ " $STEPS " == *" answer "* ]]; then
+    # shellcheck disable=SC2086  # GPU_ANSWER_ARGS is a list of flags
+    step "answering speed (eval core)" 300 python3 benchmarks/answer_speed.py --cache "${GPU_ANSWER_CACHE:-/tmp/llava-answer-speed}" \
+        ${GPU_ANSWER_ARGS:---device cuda --dtype float16} --budget-s 240 --out "$OUT/answer_speed.json" > "$OUT/answer_speed.log" 2>&1
+    tail -n 25 "$OUT/answer_speed.log" >> "$SUMMARY"
 fi
 note "total $(( $(date +%s) - START )) s; $FAILURES step(s) did not pass"
 [ "$FAILURES" -eq 0 ]

@@ -78,3 +78,21 @@ def test_make_clean_removes_only_the_projects_outputs(tmp_path: Path) -> None:
     assert sorted(p.name for p in outputs.iterdir()) == ["mine.txt", "my-own-results"]
     assert sorted(p.name for p in (outputs / "my-own-results").iterdir()) == ["demo.png", "notes.txt"]
     assert not (root / ".venv").exists() and "kept outputs/my-own-results" in result.stdout
+
+
+def test_the_fast_path_steps_run_time_boxed_and_are_summed_up(tmp_path: Path) -> None:
+    """Issue 29's steps: the fast path's GPU tests and the answering-speed benchmark, each reported in the summary."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "python3").write_text('#!/bin/sh\necho "python3 $*" >> "$OUT/calls.txt"\nexit 0\n')
+    (stubs / "python3").chmod(0o755)
+    out = tmp_path / "gpu"
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "OUT": str(out), "GPU_CHECK_STEPS": "fast answer",
+           "GPU_CHECK_BUDGET_S": "120", "GPU_ANSWER_ARGS": "--device cpu --layers 1"}
+    result = subprocess.run(["bash", str(CHECK)], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = (out / "summary.txt").read_text()
+    assert "PASSED   GPU fast-path tests" in summary and "PASSED   answering speed (eval core)" in summary
+    calls = (out / "calls.txt").read_text()
+    assert "-m pytest -q -m gpu tests/gpu/test_fast_generation.py" in calls
+    assert f"benchmarks/answer_speed.py --cache /tmp/llava-answer-speed --device cpu --layers 1 --budget-s 240 --out {out}/answer_speed.json" in calls

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,28 +17,12 @@ from transformers import GenerationConfig, GenerationMixin, LogitsProcessorList,
 
 from llava.model.cache_argument import cache_argument, take_cache
 from llava.model.greedy import GreedyPlan, greedy_decode, greedy_plan
-from llava.testing.tiny import build_tiny_llava_checkpoint
 
-from ._support import QUESTIONS, left_pad, load, make_images, pixels, prompt_ids
+from ._support import QUESTIONS, left_pad, make_images, pixels, prompt_ids
 
 #: llm → conversation template of its released checkpoints.
 TEMPLATES = {"llama": "vicuna_v1", "qwen2": "qwen_1_5", "mistral": "mistral_instruct"}
 NEW_TOKENS = 8
-
-
-@pytest.fixture(scope="module")
-def family(tmp_path_factory, tiny_tower_dir, tiny_tokenizer_dir, tiny_qwen_tokenizer_dir):
-    cache: dict[str, tuple] = {}
-    root = tmp_path_factory.mktemp("greedy")
-    tokenizers = {"llama": tiny_tokenizer_dir, "mistral": tiny_tokenizer_dir, "qwen2": tiny_qwen_tokenizer_dir}
-
-    def get(llm: str):
-        if llm not in cache:
-            path = build_tiny_llava_checkpoint(Path(root) / f"llava-greedy-{llm}", tiny_tower_dir, tokenizers[llm], llm=llm)
-            cache[llm] = load(path)
-        return cache[llm]
-
-    return get
 
 
 def _generate(model, *args, reference: bool, **kwargs) -> tuple[torch.Tensor, int]:
