@@ -7,21 +7,10 @@ the package whose name does not start with ``_`` (shared pieces) and registers t
 order of the module names. Adding a method is adding its file: nothing here or anywhere else lists it. Name grammar,
 settings and layouts: docs/BASELINES.md.
 
-=====================================  ==========================================================  ========
-projector type                         module (state-dict keys)                                    boundary
-=====================================  ==========================================================  ========
-``prumerge_k{K}``, ``prumerge``        PruMerge (none), then mlp2x_gelu (``0.*``, ``2.*``)          pre
-``prumerge_plus_k{K}``, ``prumerge_plus``  PruMerge+ (none), then mlp2x_gelu (``0.*``, ``2.*``)     pre
-``divprune_k{K}``                      mlp2x_gelu (``0.*``, ``2.*``), then DivPrune (none)          post
-``mqt_k{K}``, ``mqt_q{Q}``             MQT query abstractor, replaces the projector                 pre
-``quecc_k{K}``                         QueCC (``compressor.*``), then mlp2x_gelu (``0.*``, ``2.*``)  pre
-``tokenpacker_k{K}``                   TokenPacker, replaces the projector                          post
-``fouriervlm_k{K}``                    Fourier-VLM (none), then mlp2x_gelu (``0.*``, ``2.*``)       pre
-=====================================  ==========================================================  ========
-
-The parameter-free methods (PruMerge, DivPrune, Fourier-VLM) keep exactly ``mlp2x_gelu``'s keys, so any
-``mlp2x_gelu`` checkpoint (stage-1 ``mm_projector.bin`` or a full stage-2 checkpoint) loads under their
-projector types unchanged: that is how they run training-free.
+The types, their checkpoint layouts and boundaries are in each method file's docstring and docs/BASELINES.md. The
+parameter-free methods (PruMerge, DivPrune, Fourier-VLM) keep exactly ``mlp2x_gelu``'s keys, so any ``mlp2x_gelu``
+checkpoint (stage-1 ``mm_projector.bin`` or a full stage-2 checkpoint) loads under their types unchanged: that is how
+they run training-free.
 """
 
 from __future__ import annotations
@@ -37,7 +26,12 @@ __all__ = ["PLUGINS", "discover"]
 
 
 def discover(package: str = __package__) -> tuple[CompressorPlugin, ...]:
-    """The ``PLUGIN`` of every module of ``package`` (modules named ``_*`` and this one left out), by module name."""
+    """The ``PLUGIN`` of every method file of ``package`` (:func:`braco_patch.baselines.method_modules`: modules named
+    ``_*`` and this one left out), by file name.
+
+    Raises:
+        RuntimeError: When none declares one (a broken package must not register nothing silently).
+    """
     found = []
     for name in method_modules(importlib.import_module(package).__path__):
         plugin = getattr(importlib.import_module(f"{package}.{name}"), "PLUGIN", None)
