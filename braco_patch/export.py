@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,8 +31,8 @@ from llava.model.multimodal_encoder.location import resolve_tower_path
 from llava.outputs import MARKER, atomic_folder, disk_errors, guard_outputs, write_json
 from llava.utils import UserError
 
-from .config import OFFICIAL_PATTERN, PROJECTOR_PREFIX, BracoConfig, to_mm_keys
-from .llava_plugin import braco_config_from_model_config
+from .config import PROJECTOR_PREFIX, BracoConfig, to_mm_keys
+from .llava_plugin import OFFICIAL_FORM, braco_config_from_model_config
 
 __all__ = ["export_official", "main", "official_config"]
 
@@ -57,9 +56,9 @@ def _read_config(folder: Path) -> dict[str, Any]:
 
 
 def _mlp_depth(projector_type: str) -> int:
-    official = re.fullmatch(OFFICIAL_PATTERN, projector_type)
-    if official:
-        return int(official.group(1))
+    official = OFFICIAL_FORM.parse(projector_type)
+    if official is not None:
+        return official["N"]
     if projector_type.startswith(PROJECTOR_PREFIX):
         return 2
     raise UserError(
