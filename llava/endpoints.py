@@ -85,8 +85,8 @@ class Endpoint:
         return mask_secret(self.key)
 
 
-def join_url(base_url: str, route: str, name: str = "the base URL") -> str:
-    """``route`` appended to the path of ``base_url``, its query kept.
+def join_url(base_url: str, route: str, name: str = "the base URL", example: str = "https://api.openai.com/v1") -> str:
+    """``route`` appended to the path of ``base_url``, its query kept; ``example`` is the root messages suggest.
 
     Raises:
         UserError: For a base URL that is not ``http(s)://host[:port][/path][?query]`` (see the module docstring).
@@ -95,7 +95,7 @@ def join_url(base_url: str, route: str, name: str = "the base URL") -> str:
     if found is not None:
         raise UserError(f"{name} holds {found[1]} {_where(found[0], len(base_url))}; remove it")
     parts = urllib.parse.urlsplit(base_url)
-    example = "e.g. https://api.openai.com/v1"
+    example = f"e.g. {example}"
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise UserError(f"{name} {base_url!r} is not an http:// or https:// URL with a host; {example}")
     try:

@@ -28,11 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from llava import net
+from llava.endpoints import check_secret, join_url
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
 
 KEY_ENV = "OPENAI_API_KEY"
+#: The API root messages suggest (``vllm serve``'s default address).
+EXAMPLE_ROOT = "http://127.0.0.1:8000/v1"
 #: Seconds one answer may take in all (a long answer of a busy server included).
 DEFAULT_TIMEOUT = 600.0
 #: Seconds a call that lists the served models may take.
@@ -45,34 +48,28 @@ _RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
 def endpoint_root(url: str, flag: str = "--endpoint") -> str:
-    """``url`` checked as an API root (``http(s)://host[:port][/path]``), without a trailing slash.
+    """``url`` checked as an API root by the one rule for API URLs (:func:`llava.endpoints.join_url`: http(s), a
+    host, a valid port, no credentials, no fragment; a query is kept and routes go on its path), without a trailing
+    slash.
 
     Raises:
-        UserError: For another scheme, no host, a bad port, credentials, a query or a fragment in the URL.
+        UserError: Naming ``flag`` and what to change.
     """
-    try:
-        net.origin_of(url)
-    except net.NetError as error:
-        raise UserError(f"{flag}: {error}; give the API root, e.g. http://127.0.0.1:8000/v1") from None
+    join_url(url, "", flag, example=EXAMPLE_ROOT)
     parts = urllib.parse.urlsplit(url)
-    if parts.username is not None or parts.password is not None:
-        raise UserError(f"{flag} must not carry credentials (user:password@); put the key in {KEY_ENV} instead")
-    if parts.query or parts.fragment:
-        raise UserError(f"{flag} must be the API root without '?' or '#' parts, e.g. http://127.0.0.1:8000/v1")
-    return url.rstrip("/")
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/")))
 
 
 def api_key_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    """``OPENAI_API_KEY``, checked; ``None`` when unset or empty.
+    """``OPENAI_API_KEY``, checked by the one rule for keys (:func:`llava.endpoints.check_secret`); ``None`` when
+    unset or empty.
 
     Raises:
-        UserError: When it holds a line break or another control character (it would split the request's
-            headers); the message does not show the key.
+        UserError: When an HTTP header cannot carry it (a line break, a space, a non-ASCII character); the message
+            names the character and its position, never the key.
     """
     key = (os.environ if env is None else env).get(KEY_ENV) or None
-    if key is not None and any(ord(char) < 32 or ord(char) == 127 for char in key):
-        raise UserError(f"{KEY_ENV} holds a line break or another control character; set it to the key alone")
-    return key
+    return check_secret(key, KEY_ENV) if key is not None else None
 
 
 def image_data_url(image: Any) -> str:
@@ -152,8 +149,8 @@ class ChatEndpoint:
                  pause: float = 1.0, sleep: Callable[[float], None] | None = None, flag: str = "--endpoint") -> None:
         if not (isinstance(timeout, (int, float)) and timeout > 0 and timeout != float("inf")):
             raise UserError(f"--request-timeout must be a positive number of seconds, got {timeout!r}")
-        if api_key is not None and any(ord(char) < 32 or ord(char) == 127 for char in api_key):
-            raise UserError("the API key holds a line break or another control character; set it to the key alone")
+        if api_key is not None:
+            check_secret(api_key, "the API key")
         self.url = endpoint_root(url, flag)
         self.api_key, self.timeout, self.max_retries, self.pause = api_key, float(timeout), max_retries, pause
         self._sleep = sleep
@@ -169,7 +166,7 @@ class ChatEndpoint:
         if response_status == 401:
             hint = f"; set {KEY_ENV} to the server's key"
         elif response_status == 404 and path == "/models":
-            hint = "; give the API root, e.g. http://127.0.0.1:8000/v1"
+            hint = f"; give the API root, e.g. {EXAMPLE_ROOT}"
         return UserError(f"the endpoint {self.url} refused {path}: HTTP {response_status}{detail}{hint}")
 
     def _call(self, method: str, path: str, body: Any, deadline: float) -> Any:
@@ -182,7 +179,7 @@ class ChatEndpoint:
         wait = self.pause
         for attempt in range(self.max_retries + 1):
             try:
-                response = net.request(method, self.url + path, json=body, headers=self._headers(), deadline=deadline,
+                response = net.request(method, join_url(self.url, path, example=EXAMPLE_ROOT), json=body, headers=self._headers(), deadline=deadline,
                                        max_bytes=MAX_REPLY_BYTES)
             except (net.RedirectRefused, net.ResponseTooLarge) as error:
                 raise UserError(f"the endpoint {self.url} cannot be used: {error}") from None
@@ -256,7 +253,7 @@ class ChatEndpoint:
         body = {"model": model, "messages": list(messages), "stream": True, **sampling.body()}
         answer = ""
         try:
-            with net.open_stream("POST", self.url + "/chat/completions", json=body, headers=self._headers(),
+            with net.open_stream("POST", join_url(self.url, "/chat/completions", example=EXAMPLE_ROOT), json=body, headers=self._headers(),
                                  deadline=self.timeout, max_redirects=5) as response:
                 if not response.ok:
                     raise self._refused("/chat/completions", response.status, response.read(64 * 1024))

@@ -158,15 +158,18 @@ def test_a_key_with_a_line_break_is_refused_without_showing_it(bench_data: Bench
     monkeypatch.setenv("OPENAI_API_KEY", "sk-abc\r\nX-Evil: 1")
     with scripted_server(lambda handled: handled.reply(200, b"{}")) as server:
         message = refused(bench_data, tmp_path, "--backend", "openai", "--endpoint", server.url + "/v1")
-    assert message == "OPENAI_API_KEY holds a line break or another control character; set it to the key alone"
+    # The one rule for keys (llava.endpoints.check_secret), as the judge applies it: named, never shown.
+    assert message == ("OPENAI_API_KEY holds a carriage return (\\r) at position 7 of 17 (e.g. from a Windows .env file); "
+                       "remove it (nothing was sent)")
+    assert "sk-abc" not in message and "Evil" not in message
     assert server.requests == []
 
 
 @pytest.mark.parametrize(("endpoint", "expected"), [
-    ("ftp://127.0.0.1/v1", "--endpoint: 'ftp://127.0.0.1/v1' is not an http:// or https:// URL; give the API root, e.g. http://127.0.0.1:8000/v1"),
-    ("http://user:hunter2@127.0.0.1:9/v1", "--endpoint must not carry credentials (user:password@); put the key in OPENAI_API_KEY instead"),
-    ("http://127.0.0.1:9/v1?key=1", "--endpoint must be the API root without '?' or '#' parts, e.g. http://127.0.0.1:8000/v1"),
-    ("http://127.0.0.1:99999/v1", "--endpoint: 'http://127.0.0.1:99999/v1' has a bad port; give the API root, e.g. http://127.0.0.1:8000/v1"),
+    ("ftp://127.0.0.1/v1", "--endpoint 'ftp://127.0.0.1/v1' is not an http:// or https:// URL with a host; e.g. http://127.0.0.1:8000/v1"),
+    ("http://user:hunter2@127.0.0.1:9/v1", "--endpoint holds a user name or password before the host; remove it and pass the key on its own"),
+    ("http://127.0.0.1:9/v1#top", "--endpoint 'http://127.0.0.1:9/v1#top' has a fragment ('#...'), which is never sent; remove it"),
+    ("http://127.0.0.1:99999/v1", "--endpoint 'http://127.0.0.1:99999/v1' has a bad port; e.g. http://127.0.0.1:8000/v1"),
 ])
 def test_a_bad_endpoint_url_is_one_sentence(bench_data: BenchData, tmp_path: Path, endpoint: str, expected: str) -> None:
     assert refused(bench_data, tmp_path, "--backend", "openai", "--endpoint", endpoint) == expected
@@ -210,3 +213,14 @@ def test_video_questions_are_refused_before_the_endpoint_is_asked(tmp_path: Path
             model_vqa_video.main(["--question-file", str(questions), "--video-folder", str(tmp_path), "--answers-file",
                                   str(tmp_path / "a.jsonl"), "--backend", "openai", "--endpoint", server.url + "/v1"])
     assert server.requests == [] and not (tmp_path / "a.jsonl").exists()
+
+
+def test_the_endpoint_follows_the_one_rule_for_api_urls_a_query_is_kept() -> None:
+    # The judge's rule (llava.endpoints.join_url), not a second one: the route goes on the root's path, and a query
+    # such as Azure's ?api-version= stays on every call instead of being refused.
+    from llava.openai_client import ChatEndpoint
+
+    models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+    with scripted_server(lambda handled: handled.reply(200, models)) as server:
+        assert ChatEndpoint(server.url + "/v1/?api-version=7", timeout=5).served_models() == ["m"]
+    assert [seen.path for seen in server.requests] == ["/v1/models?api-version=7"]

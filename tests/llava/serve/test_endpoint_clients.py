@@ -78,7 +78,7 @@ def test_an_endpoint_redirecting_elsewhere_is_refused_on_the_page() -> None:
 
 
 def test_the_page_refuses_a_bad_endpoint_before_starting() -> None:
-    with pytest.raises(UserError, match=r"^--endpoint: 'file:///tmp/x' is not an http:// or https:// URL"):
+    with pytest.raises(UserError, match=r"^--endpoint 'file:///tmp/x' is not an http:// or https:// URL with a host"):
         gradio_web_server.main(["--endpoint", "file:///tmp/x"], block=False)
 
 
