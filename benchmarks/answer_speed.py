@@ -49,7 +49,7 @@ if __package__ in (None, ""):  # run as a file: import llava and the sibling mod
 
 from random_llava import Shape, write_random_llava  # noqa: E402
 
-from llava.cost.fast import FAST_MODES  # noqa: E402
+from llava.capture import FAST_MODES  # noqa: E402
 from llava.devices import resolve_device, resolve_dtype  # noqa: E402
 from llava.outputs import guard_outputs, write_json  # noqa: E402
 from llava.utils import UserError, cli_main  # noqa: E402
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace, device: str, dtype: torch.dtype, paths: list[s
 def measure_projector(answering: Answering, projector: str, tokens: int, items: list[Any], paths: list[str],
                       args: argparse.Namespace, report: Report) -> None:
     """One loaded projector at every batch size and path; greedy answers of a fast path are compared with eager's."""
-    from llava.fast_flag import use_fast
+    from llava.model.fast_flag import use_fast
 
     for batch in args.batch_sizes:
         eager_texts = None
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     paths = args.fast or (["none", "cudagraph"] if device.startswith("cuda") else ["none", "compile"])
-    from llava.fast_flag import resolve_fast
+    from llava.model.fast_flag import resolve_fast
 
     for fast in paths:
         resolve_fast(fast, device)

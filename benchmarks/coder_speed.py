@@ -119,7 +119,7 @@ def fast_variants(args, fused, step_by_step, x, device) -> tuple[dict[str, Calla
     variants: dict[str, Callable[[], Any]] = {}
     seconds: dict[str, float] = {}
     if device.type == "cuda":
-        from llava.cost.fast import CudaGraphCall
+        from llava.capture import CudaGraphCall
 
         with torch.no_grad():
             for name, coder in (("fused, CUDA graph", fused), ("step-by-step, CUDA graph", step_by_step)):

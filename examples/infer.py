@@ -8,7 +8,7 @@ Prints the answer; ``--output`` also writes ``{"model_path", "visual_tokens", "i
 ``visual_tokens`` is the number of tokens the projector gives this image (C² + S for a Braco budget). Decoding is
 greedy by default (``--temperature 0``), seeded by ``--seed``, in the ``vicuna_v1`` template. Any LLaVA checkpoint of
 this project works (full stage-2 folders; a stage-1 projector folder or a LoRA folder with ``--model-base``), on a GPU
-(float16) or, with ``--device cpu``, on the CPU (float32); ``--fast`` picks the generation path (``llava.fast_flag``).
+(float16) or, with ``--device cpu``, on the CPU (float32); ``--fast`` picks the generation path (``llava.model.fast_flag``).
 ``--llava-root`` is accepted for the official command line and not needed: this repository is the LLaVA code.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file from a checkout: import llava and braco_patch from it
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llava.fast_flag import add_fast_flag, resolve_fast, use_fast  # noqa: E402  (light: no torch)
+from llava.model.fast_flag import add_fast_flag, resolve_fast, use_fast  # noqa: E402  (light: no torch)
 from llava.numeric import number_type  # noqa: E402  (light: no torch)
 from llava.outputs import guard_outputs, write_json  # noqa: E402  (light: no torch)
 from llava.utils import UserError, cli_main, setup_logging  # noqa: E402

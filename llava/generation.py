@@ -3,7 +3,7 @@
 :class:`LlavaGenerator` builds upstream's prompts (image markers, the template), batches them with left padding
 and decodes greedy or sampled answers; :func:`load_generator` loads a checkpoint through
 ``load_pretrained_model`` on a device (float16 on CUDA, float32 elsewhere) and puts it on the ``--fast`` path
-(:mod:`llava.fast_flag`). :mod:`llava.eval.core` runs the
+(:mod:`llava.model.fast_flag`). :mod:`llava.eval.core` runs the
 question loop around it. :class:`GenerationConfig` (upstream's sampling options) and :func:`default_device` also
 serve ``run_llava`` and the serving stack.
 """
@@ -22,9 +22,9 @@ from PIL import Image
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_fits, conv_templates, stage1_template
 from llava.devices import default_device, default_dtype, resolve_device
-from llava.fast_flag import resolve_fast, use_fast
 from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
+from llava.model.fast_flag import resolve_fast, use_fast
 from llava.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def load_generator(
 
     ``projector_settings`` (``--projector-setting KEY=VALUE``) change runtime settings of the projector's
     compressor plugin after loading (e.g. a nested-query compressor's token count), checked by the plugin.
-    ``fast`` is ``--fast`` (:mod:`llava.fast_flag`; ``None``: the device's default).
+    ``fast`` is ``--fast`` (:mod:`llava.model.fast_flag`; ``None``: the device's default).
 
     Returns:
         ``(generator, model name)``.

@@ -9,7 +9,7 @@ names a method. docs/PLUGINS.md is the guide.
 
 **Imports.** The standard library only, at run time; torch for type checkers (tensors and modules are what plugins
 hand back, and :func:`mlp_projector` imports ``torch.nn`` when it is called). So importing the API is free, any
-layer may build on it, and no import cycle can pass through it (tests/test_import_graph.py holds all three).
+layer may build on it, and no import cycle can pass through it (tests/test_import_seams.py holds all three).
 
 **One name grammar.** A method's one name is its plugin's ``name`` (lower-case letters and digits: ``mypool``):
 the rows of the cost tables (:mod:`llava.cost`) and of ``llava.eval.compare``, the demo panel, messages, docs. Its
@@ -24,15 +24,17 @@ positions it keeps) is the second kind to come, in the same shape: name forms, a
 :class:`CostModel`, a view and a declaration; the registry is keyed by kind, and the cost rows, ``compare`` rows and
 the demo panel are keyed by the method's name and type, so a reducer slots in beside the projectors.
 
-**Import layers** (tests/test_import_graph.py; a unit imports only its own layer's or lower layers' units, and no
+**Import layers** (tests/test_import_seams.py; a unit imports only its own layer's or lower layers' units, and no
 import cycle exists, module-level and function-level imports alike):
 
 0. ``llava.plugin_api`` (this module);
 1. the shared utilities: ``llava`` (the package), ``constants``, ``utils``, ``devices``, ``outputs``, ``net``,
-   ``video``, ``mm_utils``, ``conversation``, ``visual_tokens``;
+   ``video``, ``mm_utils``, ``conversation``, ``visual_tokens``, ``numeric``, ``pixels``, ``endpoints``,
+   ``openai_client``, ``capture`` (compiled and CUDA-graph callables);
 2. ``llava.model`` (registries, the model, the loader): never ``llava.cost`` or anything above;
-3. ``llava.cost``, ``llava.generation``, ``llava.testing``;
-4. ``llava.eval``, ``llava.serve``, ``llava.train`` (never one another);
+3. ``llava.cost``, ``llava.generation``;
+4. ``llava.eval``, ``llava.serve``, ``llava.train``, ``llava.testing`` (the tiny-model builders and test helpers; never
+   one another);
 5. ``llava.quickstart``;
 
 and above them the plugin packages, which import llava only from their seam modules (tests/test_import_seams.py).

@@ -81,7 +81,7 @@ def _read(shard: Path, keep: Callable[[str], bool]) -> dict[str, torch.Tensor]:
     if shard.suffix == ".safetensors":
         from safetensors import safe_open
 
-        from llava.model.checks import weights_file_error
+        from llava.model.weights_io import weights_file_error
 
         try:
             with safe_open(str(shard), framework="pt") as handle:

@@ -30,7 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Braco's core units: one paper step each, plus the coder and its config (importable without llava or transformers).
-CORE_UNITS = ("basis", "embedding", "coordinates", "residual", "schedule", "coder", "config")
+CORE_UNITS = ("basis", "embedding", "coordinates", "residual", "schedule", "coder", "fused", "config")
 CORE_ALLOWED = {"torch", "numpy", "entmax"}
 
 #: The braco_patch modules that connect Braco to llava, and why.
@@ -196,10 +196,11 @@ def test_braco_help_answers_in_under_two_seconds():
 LAYERS = {
     "llava.plugin_api": 0,
     **dict.fromkeys(("llava", "llava.constants", "llava.utils", "llava.devices", "llava.outputs", "llava.net", "llava.video",
-                     "llava.mm_utils", "llava.conversation", "llava.visual_tokens"), 1),
+                     "llava.mm_utils", "llava.conversation", "llava.visual_tokens", "llava.numeric", "llava.pixels",
+                     "llava.endpoints", "llava.openai_client", "llava.capture"), 1),
     "llava.model": 2,
-    **dict.fromkeys(("llava.cost", "llava.generation", "llava.testing"), 3),
-    **dict.fromkeys(("llava.eval", "llava.serve", "llava.train"), 4),
+    **dict.fromkeys(("llava.cost", "llava.generation"), 3),
+    **dict.fromkeys(("llava.eval", "llava.serve", "llava.train", "llava.testing"), 4),
     "llava.quickstart": 5,
 }
 UTILITIES = 1

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 # Light imports only: --help and a bad flag must answer without loading torch or transformers (the work below
 # imports them where it runs).
-from llava.cost.fast import FAST_MODES
+from llava.capture import FAST_MODES
 from llava.cost.flops import CONVENTION
 from llava.cost.pipeline import Accounting, cost_setting
 from llava.cost.presets import PipelineSpec, get_preset, list_presets, load_spec

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from llava.cost.fast import check_close, make_fast
+from llava.capture import check_close, make_fast
 from llava.cost.flops import elementwise, projector_flops, total
 from llava.cost.measure import OOM, MeasureOptions, RandomPipeline, is_oom, measure_call
 from llava.cost.pipeline import Accounting

@@ -1,7 +1,7 @@
 """Keep kineto's trace markers out of the user's terminal while ``torch.profiler`` runs.
 
 kineto (the library behind ``torch.profiler``) writes two ``USDT:... profiler_start`` / ``profiler_stop`` lines to
-the process's standard error for every profiled call, one ``braco cost --measure`` row being one call. They are
+the process's standard error for every profiled call, one measured row of the cost command being one call. They are
 logged at kineto's highest severity, above its errors, so ``KINETO_LOG_LEVEL`` cannot hide them without hiding
 kineto's errors too. :func:`without_trace_markers` therefore captures file descriptor 2 around the profiled block
 and writes back every line but those markers, in order, once the block ends (also when it raises).

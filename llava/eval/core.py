@@ -57,11 +57,11 @@ from llava.eval.items import (
     split_list,
 )
 from llava.eval.provenance import Provenance, model_files, producer_record, records_fingerprint
-from llava.fast_flag import add_fast_flag, resolve_fast
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
 from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
 from llava.model.context_length import PromptTooLong
+from llava.model.fast_flag import add_fast_flag, resolve_fast
 from llava.utils import UserError, setup_logging
 
 logger = logging.getLogger(__name__)

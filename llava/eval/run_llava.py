@@ -1,7 +1,7 @@
 """Answer one question about one or more images: ``python -m llava.eval.run_llava``.
 
 Same flags and defaults as upstream (``--model-path --model-base --image-file --query --conv-mode --sep
---temperature --top_p --num_beams --max_new_tokens``), plus ``--device`` and ``--fast`` (:mod:`llava.fast_flag`). Several images are given as one
+--temperature --top_p --num_beams --max_new_tokens``), plus ``--device`` and ``--fast`` (:mod:`llava.model.fast_flag`). Several images are given as one
 ``--image-file`` separated by ``--sep`` (default ``,``). The answer is printed to stdout.
 
 ``--video-file`` (instead of ``--image-file``) asks about a video: its frames are sampled by LLaVA-NeXT's rule
@@ -19,10 +19,10 @@ from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_name, conv_templates, resolve_conv_mode
-from llava.fast_flag import add_fast_flag, resolve_fast, use_fast
 from llava.generation import GenerationConfig, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
+from llava.model.fast_flag import add_fast_flag, resolve_fast, use_fast
 from llava.utils import UserError, cli_main, setup_logging
 from llava.video import VideoPlan, check_frame_flags, probe_video, refuse_video_as_image
 

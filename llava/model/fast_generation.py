@@ -92,7 +92,7 @@ def make_capture(mode: str, device: torch.device) -> Capture:
     """``capture(fn)`` for ``mode``: a CUDA graph of ``fn`` (``cudagraph``), or ``torch.compile(fn)`` run once
     (``compile``; on CUDA its compiled kernels are then captured too). Every graph shares one memory pool, so the
     captures of a model cost the memory of the largest, not the sum."""
-    from llava.cost.fast import CudaGraphCall
+    from llava.capture import CudaGraphCall
 
     pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 

@@ -35,7 +35,7 @@ def tower_beside(checkpoint: Path, tower: Path) -> None:
 def activation_hint() -> str | None:
     """The command that puts this interpreter's virtualenv on ``PATH``, or ``None`` when it is already active (or
     this Python is not a virtualenv's): ``make quickstart`` runs ``.venv/bin/python`` without activating it, so
-    ``braco`` and ``python -m llava...`` are not found in the user's shell afterwards."""
+    the project's console scripts and ``python -m llava...`` are not found in the user's shell afterwards."""
     if sys.prefix == sys.base_prefix:
         return None
     active = os.environ.get("VIRTUAL_ENV")

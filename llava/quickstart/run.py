@@ -41,8 +41,8 @@ import torch
 
 from llava.conversation import check_template_fits, conv_templates
 from llava.eval.compare import plot_pareto
-from llava.fast_flag import add_fast_flag, resolve_fast
 from llava.mm_utils import tokenizer_image_token
+from llava.model.fast_flag import add_fast_flag, resolve_fast
 from llava.outputs import check_writable_folder, disk_errors
 from llava.utils import setup_logging
 

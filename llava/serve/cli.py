@@ -4,7 +4,7 @@ Reads one user turn per line from stdin until end of input or an empty line, and
 stdout with the generation loop the model worker and the web demo share (:mod:`llava.serve.generation`).
 ``--video-file`` chats about a video instead (frames sampled by LLaVA-NeXT's rule, ``--frames-upbound``, default 16).
 Flags and defaults follow upstream (``--temperature 0.2 --max-new-tokens 512``); ``--device`` defaults to
-CUDA when available, else CPU; ``--fast`` picks the generation path (:mod:`llava.fast_flag`).
+CUDA when available, else CPU; ``--fast`` picks the generation path (:mod:`llava.model.fast_flag`).
 ``--endpoint http://127.0.0.1:8000/v1`` chats through an OpenAI-compatible server instead (``vllm serve`` with this
 project's plugin; the key, if any, in ``OPENAI_API_KEY``), which renders the prompt with its own chat template;
 ``--model-path`` and ``--device`` are then not used.
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
-from llava.fast_flag import add_fast_flag
+from llava.model.fast_flag import add_fast_flag
 from llava.utils import UserError, cli_main, setup_logging
 
 from .templates import stop_string
@@ -71,12 +71,12 @@ def _first_turn_pixels(visual: object, model: object, image_processor: object, i
 def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
     # torch and transformers load here, not at import: --help answers at once.
-    from llava.fast_flag import resolve_fast, use_fast
     from llava.generation import check_generation_values, resolve_device
     from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token
     from llava.model.builder import load_pretrained_model
     from llava.model.checkpoint_layout import require_multimodal
     from llava.model.compressor_text import question_kwargs
+    from llava.model.fast_flag import resolve_fast, use_fast
 
     from .generation import stream_answer
 

@@ -154,9 +154,9 @@ class ModelEngine:
         stream_interval: int = 1,
     ) -> ModelEngine:
         """Load a checkpoint with ``load_pretrained_model``; ``model_name`` defaults to the path's name; ``fast`` is the
-        generation path (:mod:`llava.fast_flag`)."""
-        from llava.fast_flag import use_fast
+        generation path (:mod:`llava.model.fast_flag`)."""
         from llava.model.builder import load_pretrained_model
+        from llava.model.fast_flag import use_fast
 
         name = model_name or get_model_name_from_path(model_path)
         tokenizer, model, image_processor, context_len = load_pretrained_model(

@@ -7,7 +7,7 @@ import errno
 import socket
 from typing import TYPE_CHECKING, Any
 
-from llava.fast_flag import add_fast_flag, resolve_fast
+from llava.model.fast_flag import add_fast_flag, resolve_fast
 from llava.numeric import MAX_COUNT, MAX_MEGAPIXELS, MAX_MIB, MAX_SECONDS, number_type, seconds_type
 from llava.utils import UserError
 
@@ -112,7 +112,7 @@ def model_device(args: argparse.Namespace) -> str:
 
 
 def model_fast(args: argparse.Namespace, device: str) -> str:
-    """``add_model_flags``' ``--fast`` on the resolved ``device`` (``llava.fast_flag.resolve_fast``)."""
+    """``add_model_flags``' ``--fast`` on the resolved ``device`` (``llava.model.fast_flag.resolve_fast``)."""
     return resolve_fast(args.fast, device)
 
 

@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 
 from braco_patch import BracoCoder, BracoConfig
-from llava.cost.fast import check_close, make_fast
+from llava.capture import check_close, make_fast
 from llava.eval import core
 from llava.mm_utils import get_model_name_from_path
 from llava.model.builder import load_pretrained_model

@@ -28,7 +28,8 @@ def test_a_failed_step_makes_the_script_fail(tmp_path: Path) -> None:
     result = _run(tmp_path, tmp_path / "gpu", python_exit=3)
     summary = (tmp_path / "gpu" / "summary.txt").read_text()
     assert result.returncode == 1
-    assert "FAILED   GPU tests (exit 3" in summary and "2 step(s) did not pass" in summary  # the install and the tests
+    # the offline install, the entry-point check and the tests
+    assert "FAILED   GPU tests (exit 3" in summary and "3 step(s) did not pass" in summary
 
 
 def test_every_step_passing_exits_zero_and_marks_the_folder(tmp_path: Path) -> None:

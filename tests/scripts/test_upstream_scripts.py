@@ -99,8 +99,10 @@ def test_extract_mm_projector(tiny_llava_checkpoint, tmp_path: Path) -> None:
     expected = {key: value for key, value in everything.items() if "mm_projector" in key}
     assert sorted(saved) == sorted(expected) == [f"model.mm_projector.{i}.{p}" for i in (0, 2) for p in ("bias", "weight")]
     assert all(torch.equal(saved[key], expected[key]) for key in expected)
+    empty = tmp_path / "empty"  # (tmp_path itself now holds mm_projector.bin: a stage-1 folder, which extracts)
+    empty.mkdir()
     with pytest.raises(ValueError, match="holds no .*weights"):
-        _script("extract_mm_projector").main(["--model-path", str(tmp_path), "--output", str(tmp_path / "x.bin")])
+        _script("extract_mm_projector").main(["--model-path", str(empty), "--output", str(tmp_path / "x.bin")])
 
 
 def test_merge_lora_weights_saves_a_checkpoint_that_loads_alone(tiny_llava_checkpoint, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from braco_patch import BracoCoder, BracoConfig
-from llava.cost.fast import COMPILE_MODES, check_close, make_fast
+from llava.capture import COMPILE_MODES, check_close, make_fast
 
 
 @pytest.fixture

@@ -207,7 +207,7 @@ def test_a_full_disk_is_one_sentence_and_resume_completes(bench_data: BenchData,
         return real_write(fd, data)
 
     monkeypatch.setattr(answers_module.os, "write", filling)
-    with pytest.raises(ValueError, match=r"cannot append to answers file .*\(no space left on the device\); the answers written so far "
+    with pytest.raises(ValueError, match=r"cannot append to --answers-file .*\(no space left on the device\); the answers written so far "
                                          "are kept: free some space and run the same command again to resume"):
         run(model_vqa_loader, loader_argv(bench_data.vqa, bench_data.images, answers, "/ckpt/llava-tiny", "--batch-size", "6"))
     assert len(read_answers(answers)) == 2  # the half-written third answer was undone

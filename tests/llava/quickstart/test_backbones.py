@@ -16,6 +16,7 @@ from llava.conversation import check_template_fits
 from llava.eval.files import read_jsonl
 from llava.model.language_model.registry import language_model_for_checkpoint
 from llava.model.multimodal_encoder import CLIPVisionTower, SiglipVisionTower
+from llava.model.multimodal_encoder.location import resolve_tower_path
 from llava.model.multimodal_encoder.registry import resolve_vision_tower
 from llava.quickstart.backbones import BACKBONES, DEFAULT_BACKBONE, resolve_backbone
 from llava.quickstart.run import QuickstartConfig, answer_flags, build_models, build_parser, finetune_flags, main, run_quickstart
@@ -94,7 +95,8 @@ def test_qwen2_siglip_quickstart_end_to_end(tmp_path: Path, capsys: pytest.Captu
         checkpoint = Path(result.checkpoint)
         config = json.loads((checkpoint / "config.json").read_text())
         assert config["model_type"] == "llava_qwen" and config["mm_projector_type"] == result.projector
-        assert AutoConfig.from_pretrained(config["mm_vision_tower"]).model_type == "siglip_vision_model"
+        tower = resolve_tower_path(config["mm_vision_tower"], str(checkpoint))  # named relative to the checkpoint
+        assert AutoConfig.from_pretrained(tower).model_type == "siglip_vision_model"
         assert (checkpoint.parent / f"llava-{result.projector}-pretrain" / "mm_projector.bin").is_file()
         answers = read_jsonl(result.answers)
         assert sorted(a["question_id"] for a in answers) == list(range(5))

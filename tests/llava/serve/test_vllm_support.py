@@ -96,7 +96,8 @@ def test_a_checkpoint_whose_tower_folder_is_gone_is_one_sentence(tiny_llava_chec
     config.mm_vision_tower = str(tmp_path / "missing-tower")
     with pytest.raises(UserError) as caught:
         support.check_servable(config, "llava-x")
-    assert str(caught.value) == (f"llava-x: vision tower directory {str(tmp_path / 'missing-tower')!r} does not exist; point "
+    assert str(caught.value) == (f"llava-x: vision tower directory {str(tmp_path / 'missing-tower')!r} does not exist (a relative "
+                                 "path is read from the working directory, then from the checkpoint's folder); point "
                                  "mm_vision_tower at a saved tower directory")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llava.cost.fast import FAST_MODES
+from llava.capture import FAST_MODES
 from llava.utils import UserError
 
 FAST_HELP = ("generation path: none (eager), compile (torch.compile, also on cpu) or cudagraph (CUDA graphs); "
