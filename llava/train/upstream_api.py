@@ -163,7 +163,8 @@ def make_supervised_data_module(tokenizer: Any, data_args: Any, *, conv: Any = N
         tokenizer: The LLM's tokenizer (right padding; ``model_max_length`` set).
         data_args: ``DataArguments`` plus what upstream's ``train()`` sets on it: ``image_processor`` (``None``
             for text-only training) and ``mm_use_im_start_end``; ``image_grid_pinpoints`` as stored in config.json
-            for AnyRes; ``questions`` (True when the compressor reads each sample's question).
+            for AnyRes; ``questions`` (the compressor's :class:`~llava.model.compressor_text.QuestionEncoder` when it
+            reads each sample's question, ``True`` for the LLM's tokenizer, else ``None``).
         conv: The training template; default ``llava.conversation.default_conversation``.
         records: Records already read and checked (:func:`load_training_records`); read from ``data_path`` if None.
     """
@@ -181,7 +182,7 @@ def make_supervised_data_module(tokenizer: Any, data_args: Any, *, conv: Any = N
         image_aspect_ratio=data_args.image_aspect_ratio,
         image_grid_pinpoints=getattr(data_args, "image_grid_pinpoints", None),
         mm_use_im_start_end=bool(getattr(data_args, "mm_use_im_start_end", False)),
-        skip_bad_images=skip_bad, video=video, questions=bool(getattr(data_args, "questions", False)),
+        skip_bad_images=skip_bad, video=video, questions=getattr(data_args, "questions", None),
     )
     collator = DataCollatorForSupervisedDataset(tokenizer.pad_token_id, tokenizer.model_max_length)
     return {"train_dataset": dataset, "eval_dataset": None, "data_collator": collator}
