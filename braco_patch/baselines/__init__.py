@@ -15,19 +15,29 @@ MQTAbstractor  replaces_projector  pre¹      —                any K ≤ Q (on
 QueCC          before_projector    pre       levels, text     (G/s)², s | G                MLPs, conv, attn
 TokenPacker    replaces_projector  post      levels           (G/s)², s | G                MLPs, attn
 FourierVLM     before_projector    pre       —                C², C ≤ G                    none
+VisionZip      before_projector    pre       attention, keys  any K ≤ N (+ CLS)            none
+VisPruner      before_projector    pre       attention        any K ≤ N                    none
+CDPruner       after_projector     post      text², space³    any K ≤ N                    none
 =============  ==================  ========  ===============  ===========================  ================
 
 ¹ MQT ends in the LLM's width like TokenPacker; the paper's table lists it pre-projector.
+² The instruction, encoded by the tower's paired CLIP text encoder. ³ The patches in CLIP's image–text space.
+
+VisionZip, VisPruner and CDPruner are not in the paper's comparison: they are the training-free methods most
+compared against since (issue 32), each also runnable on any ``mlp2x_gelu`` checkpoint.
 """
 
+from .cdpruner import CDPruner
 from .divprune import DivPrune
 from .fourier_vlm import FourierVLM
 from .mqt import MQTAbstractor
 from .prumerge import PruMerge
 from .quecc import QueCC
 from .tokenpacker import TokenPacker
+from .visionzip import VisionZip
+from .vispruner import VisPruner
 
-__all__ = ["BASELINES", "DivPrune", "FourierVLM", "MQTAbstractor", "PruMerge", "QueCC", "TokenPacker"]
+__all__ = ["BASELINES", "CDPruner", "DivPrune", "FourierVLM", "MQTAbstractor", "PruMerge", "QueCC", "TokenPacker", "VisPruner", "VisionZip"]
 
 #: Method name (as in the paper's tables) → module class.
 BASELINES = {
@@ -37,4 +47,7 @@ BASELINES = {
     "quecc": QueCC,
     "tokenpacker": TokenPacker,
     "fourier_vlm": FourierVLM,
+    "visionzip": VisionZip,
+    "vispruner": VisPruner,
+    "cdpruner": CDPruner,
 }

@@ -183,11 +183,13 @@ def clip_text_flops(segments: int, *, hidden: int, intermediate: int, layers: in
 def cdpruner_flops(
     tokens: int, llm_dim: int, budget: int, *, tower_dim: int, joint_dim: int, segments: int = 1, batch: int = 1
 ) -> dict[str, int]:
-    """FLOPs of :class:`CDPruner` and the relevance it reads (llava's convention), without the text tower's pass.
+    """FLOPs of :class:`CDPruner` and the relevance it reads (llava's convention), without the text tower's pass
+    (:func:`clip_text_flops`).
 
     ``similarity`` ``2·N²·d``; ``image_projection`` the visual projection of the N patches ``2·N·D·C``;
     ``relevance`` ``2·N·M·C`` for ``M`` text segments; ``scale`` the kernel's two products ``2·N²``; ``dpp`` the
-    K greedy steps' ``Σ_i 2·i·N = N·K·(K − 1)`` (their elementwise updates, ``3·N`` per step, under ``add``).
+    K greedy steps' products ``Σ_i 2·i·N = N·K·(K − 1)``. Their elementwise updates (subtractions, divisions,
+    squares), norms and the min–max scaling are not counted.
     """
     parts = {
         "similarity": 2 * tokens * tokens * llm_dim,
@@ -195,6 +197,5 @@ def cdpruner_flops(
         "relevance": 2 * tokens * segments * joint_dim,
         "scale": 2 * tokens * tokens,
         "dpp": tokens * budget * (budget - 1),
-        "add": 3 * tokens * budget,
     }
     return {key: value * batch for key, value in parts.items()}

@@ -48,16 +48,22 @@ from llava.model.multimodal_projector.plugins import (
 )
 
 from ._common import multi_level_layers, region_scale
+from .cdpruner import CDPruner
 from .divprune import DivPrune
 from .fourier_vlm import FourierVLM
 from .mqt import MQTAbstractor
 from .prumerge import PruMerge, projection_scores
 from .quecc import QueCC
 from .tokenpacker import TokenPacker
+from .visionzip import VisionZip, default_contextual
+from .vispruner import VisPruner
 
 __all__ = [
     "PLUGINS",
+    "PRE_LLM_PLUGINS",
     "CompressThenProject",
+    "InputsThenProject",
+    "ProjectThenSelect",
     "MQTProjector",
     "TokenPackerProjector",
     "parse_layers",
@@ -501,5 +507,140 @@ PLUGINS = (
         boundary=FourierVLM.boundary,
         view=_view("fouriervlm"),
         cost=_cost_model("fourier_vlm", ("fouriervlm_k{k}",), square=True),
+    )),
+)
+
+
+# ==================================================================================================================
+# VisionZip, VisPruner, CDPruner (issue 32): registration glue only. The methods, their FLOP counts and their view
+# data are the pure modules braco_patch/baselines/{visionzip,vispruner,cdpruner}.py; what follows adapts the model's
+# CompressorInputs to their arguments, checks budgets against the tower, and declares the three plugins.
+
+
+class InputsThenProject(CompressThenProject):
+    """A pre-projector compressor that takes named tensors of :class:`CompressorInputs` (``read(inputs) -> kwargs``),
+    then ``mlp2x_gelu`` (keys ``0.*``, ``2.*``, as :class:`CompressThenProject`)."""
+
+    def __init__(self, compressor: nn.Module, mm_hidden: int, hidden: int, read: Any) -> None:
+        super().__init__(compressor, mm_hidden, hidden)
+        self.read = read
+
+    def compress(self, features: torch.Tensor, inputs: Any = None) -> torch.Tensor:
+        if inputs is None:
+            raise ValueError(f"{type(self.compressor).__name__} reads the vision tower's attention; call it through encode_images")
+        return self.compressor(features, **self.read(inputs))
+
+
+class ProjectThenSelect(CompressThenProject):
+    """``mlp2x_gelu`` (keys ``0.*``, ``2.*``), then a selector on the projected tokens that may weigh them by the
+    instruction (CDPruner): ``selector(tokens, paired_features, text_embeds)``."""
+
+    def forward(self, features: torch.Tensor, inputs: Any = None) -> torch.Tensor:
+        tokens = self.project(features)
+        text = None if inputs is None else inputs.prompt
+        return self.compressor(tokens, None if text is None else inputs.paired_features, text)
+
+
+def _visionzip_inputs(inputs: Any) -> dict[str, Any]:
+    return {"attention": inputs.attention, "keys": inputs.keys, "cls_token": inputs.cls_token}
+
+
+def _vispruner_inputs(inputs: Any) -> dict[str, Any]:
+    return {"attention": inputs.attention}
+
+
+def _grid_budget(context: BuildContext, budget: int, extra: int = 0) -> None:
+    """Refuse a budget above the tower's patch count (plus ``extra`` tokens the method adds, e.g. the CLS token)."""
+    _check_patch_features(context)
+    if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
+        grid = context.tower.grid
+        _check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1] + extra)
+
+
+def _visionzip(context: BuildContext) -> BuiltProjector:
+    budget = _budget(context.match)
+    has_cls = context.tower.has_cls if context.tower is not None else True
+    _grid_budget(context, budget, int(has_cls))
+    stored = context.setting("mm_visionzip_contextual")
+    contextual = default_contextual(budget) if stored is None else int(stored)
+    if contextual >= budget:
+        raise ValueError(
+            f"mm_projector_type {context.projector_type!r} keeps {budget} tokens, so mm_visionzip_contextual must be below {budget} "
+            f"(the rest are the dominant tokens), got {contextual}"
+        )
+    module = VisionZip(context.mm_hidden, budget, contextual=contextual)
+    keys = {"mm_visionzip_contextual": contextual}
+    return BuiltProjector(InputsThenProject(module, context.mm_hidden, context.hidden, _visionzip_inputs), keys)
+
+
+def _vispruner(context: BuildContext) -> BuiltProjector:
+    budget = _budget(context.match)
+    _grid_budget(context, budget)
+    settings = _Resolved(context)
+    module = VisPruner(context.mm_hidden, budget, important_ratio=float(settings.get("mm_vispruner_important_ratio", 0.5)))
+    return BuiltProjector(InputsThenProject(module, context.mm_hidden, context.hidden, _vispruner_inputs), settings.keys)
+
+
+def _cdpruner(context: BuildContext) -> BuiltProjector:
+    budget = _budget(context.match)
+    _grid_budget(context, budget)
+    return BuiltProjector(ProjectThenSelect(CDPruner(budget), context.mm_hidden, context.hidden))
+
+
+def _prellm_cost(method: str, template: str, options: Any = None) -> CostModel:
+    """The cost model of a pre-LLM method: K from the name, the method's settings from the config (``options``)."""
+
+    def module_flops(config: Any, setting: Any) -> Any:
+        from .module_flops import baseline_module_flops
+
+        name = str(config.mm_projector_type)
+        _, match = resolve_projector(name)
+        return baseline_module_flops(method, _budget(match), setting, projector_type=name, **(options(config) if options else {}))
+
+    return CostModel(module_flops=module_flops, types_at_budget=lambda budget: [template.format(k=budget)])
+
+
+def _present(config: Any, **keys: str) -> dict[str, Any]:
+    """``{option: config value}`` for the config keys that are set (``option=key``)."""
+    return {option: getattr(config, key) for option, key in keys.items() if getattr(config, key, None) is not None}
+
+
+PRE_LLM_PLUGINS = (
+    register_plugin(CompressorPlugin(
+        name="visionzip",
+        projectors=(ProjectorType(r"visionzip" + _K, _visionzip,
+                                  "VisionZip: CLS-attention dominant tokens (CLS kept) + key-similarity contextual merges, then mlp2x_gelu",
+                                  examples=("visionzip_k9",), spelling="visionzip_k{K}"),),
+        settings=(Setting("mm_visionzip_contextual", int, "C of the K tokens are contextual merges, the rest dominant "
+                          "(default: the paper's 10 in 64, max(1, round(K*10/64)))", minimum=1),),
+        key_prefixes=("mm_visionzip_",),
+        needs=ModelNeeds(attention=0),  # the layer that produced the select layer's features (the release's attentions[-2])
+        boundary=VisionZip.boundary,
+        view=_view("visionzip"),
+        cost=_prellm_cost("visionzip", "visionzip_k{k}", lambda config: _present(config, contextual="mm_visionzip_contextual")),
+    )),
+    register_plugin(CompressorPlugin(
+        name="vispruner",
+        projectors=(ProjectorType(r"vispruner" + _K, _vispruner,
+                                  "VisPruner: CLS-attention important tokens + duplicate-free diverse tokens, then mlp2x_gelu",
+                                  examples=("vispruner_k9",), spelling="vispruner_k{K}"),),
+        settings=(Setting("mm_vispruner_important_ratio", float, "r, the share of K chosen by attention (the release's --important_ratio)",
+                          default=0.5, minimum=0.0, maximum=1.0),),
+        key_prefixes=("mm_vispruner_",),
+        needs=ModelNeeds(attention=0),  # attentions[select_layer], as the release reads them
+        boundary=VisPruner.boundary,
+        view=_view("vispruner"),
+        cost=_prellm_cost("vispruner", "vispruner_k{k}", lambda config: _present(config, important_ratio="mm_vispruner_important_ratio")),
+    )),
+    register_plugin(CompressorPlugin(
+        name="cdpruner",
+        projectors=(ProjectorType(r"cdpruner" + _K, _cdpruner,
+                                  "CDPruner: mlp2x_gelu, then an instruction-conditioned DPP keeps K tokens",
+                                  examples=("cdpruner_k9",), spelling="cdpruner_k{K}"),),
+        key_prefixes=("mm_cdpruner_",),
+        needs=ModelNeeds(text="instruction", text_encoder="tower"),  # CLIP's text tower on the instruction, as the release
+        boundary=CDPruner.boundary,
+        view=_view("cdpruner"),
+        cost=_prellm_cost("cdpruner", "cdpruner_k{k}"),
     )),
 )

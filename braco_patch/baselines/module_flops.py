@@ -36,6 +36,9 @@ from llava.cost.flops import LMDims, linear_flops, llm_prefill_flops, projector_
 from llava.cost.module import CostSetting, ModuleCost
 
 from ._common import region_scale
+from .cdpruner import CLIP_L_TEXT, cdpruner_flops, clip_text_flops
+from .visionzip import visionzip_flops
+from .vispruner import vispruner_flops
 
 __all__ = [
     "prumerge_flops",
@@ -172,6 +175,9 @@ MODULE_FLOPS: dict[str, Callable[..., dict[str, int]]] = {
     "quecc": quecc_flops,
     "tokenpacker": tokenpacker_flops,
     "fourier_vlm": fourier_vlm_flops,
+    "visionzip": visionzip_flops,
+    "vispruner": vispruner_flops,
+    "cdpruner": cdpruner_flops,
 }
 
 
@@ -197,7 +203,8 @@ def paper_setting_flops(budget: int = 16, *, prompt_tokens: int = 7, count_atten
 
 
 #: The paper's boundary label per method (``tab:main_compressor_cost``; Fourier-VLM is not in it: pre, like Braco).
-BOUNDARIES = {"prumerge": "pre", "divprune": "post", "mqt": "pre", "quecc": "pre", "tokenpacker": "post", "fourier_vlm": "pre"}
+BOUNDARIES = {"prumerge": "pre", "divprune": "post", "mqt": "pre", "quecc": "pre", "tokenpacker": "post", "fourier_vlm": "pre",
+              "visionzip": "pre", "vispruner": "pre", "cdpruner": "post"}
 
 
 def _side(setting: CostSetting, method: str) -> int:
@@ -235,6 +242,10 @@ def baseline_module_flops(method: str, budget: int, setting: CostSetting, *, pro
       logits at every position as the repository's ``forward`` computes them), then ``mlp2x_gelu`` on K.
     - ``tokenpacker``: the packer's attention and key/value MLPs (module), its own 2-layer MLP (projector).
     - ``fourier_vlm``: the folded DCT low-pass, then ``mlp2x_gelu`` on K.
+    - ``visionzip`` / ``vispruner``: the selection (and VisionZip's merge), with the attention probabilities the
+      tower's ``encode`` recomputes for one layer (``2·T²·D``), then ``mlp2x_gelu`` on K (``_pre_llm_cost``).
+    - ``cdpruner``: ``mlp2x_gelu`` on all N tokens (projector part), then the similarity, the relevance (the
+      visual projection and CLIP's text tower over the instruction's 77-token segments) and the greedy DPP.
 
     Args:
         method: A key of :data:`MODULE_FLOPS`.
@@ -271,7 +282,44 @@ def baseline_module_flops(method: str, budget: int, setting: CostSetting, *, pro
         parts = dict(tokenpacker_flops(d, llm, _side(setting, method), budget, count_attention=att, **options))
         own_mlp = {"mlp": parts.pop("mlp")}
         return ModuleCost(name, budget, "post", parts, own_mlp, "its own MLP is the projector part")
+    if method in _PRE_LLM:
+        return _PRE_LLM[method](name, budget, setting, **options)
     cutoff = math.isqrt(budget)
     if cutoff * cutoff != budget or cutoff > min(setting.grid):
         raise ValueError(f"fourier_vlm gives C² tokens with C at most {min(setting.grid)}, so {budget} is not a budget it can give")
     return ModuleCost(name, budget, "pre", fourier_vlm_flops(d, setting.grid, budget, **options), _mlp(budget, setting))
+
+
+# ------------------------------------------------------------------ VisionZip, VisPruner, CDPruner (issue 32)
+#: What every pre-LLM row says about its accounting (the LLM then sees K visual tokens in every layer).
+_PRE_LLM_NOTE = "the LLM sees K visual tokens in every layer"
+#: VisionZip's and VisPruner's rows: where their attention comes from.
+_SCORES_NOTE = f"scores: one tower layer's attention, recomputed (counted with attention scores); {_PRE_LLM_NOTE}"
+
+
+def _visionzip_cost(name: str, budget: int, setting: CostSetting, *, contextual: int | None = None, heads: int = 16, has_cls: bool = True) -> ModuleCost:
+    """VisionZip: ``heads`` of the tower (16 on CLIP-L/14 and SigLIP-so400m) size the head-mean keys."""
+    parts = visionzip_flops(setting.mm_hidden, setting.tokens, budget, heads=heads, contextual=contextual, has_cls=has_cls,
+                            count_attention=setting.count_attention)
+    return ModuleCost(name, budget, "pre", parts, _mlp(budget, setting), _SCORES_NOTE)
+
+
+def _vispruner_cost(name: str, budget: int, setting: CostSetting, *, important_ratio: float = 0.5, has_cls: bool = True) -> ModuleCost:
+    parts = vispruner_flops(setting.mm_hidden, setting.tokens, budget, important_ratio=important_ratio, has_cls=has_cls,
+                            count_attention=setting.count_attention)
+    return ModuleCost(name, budget, "pre", parts, _mlp(budget, setting), _SCORES_NOTE)
+
+
+def _cdpruner_cost(name: str, budget: int, setting: CostSetting, *, text: dict[str, int] | None = None) -> ModuleCost:
+    """CDPruner with CLIP-L/14's text tower (``text``: its dimensions, :data:`~.cdpruner.CLIP_L_TEXT` by default) over
+    ``⌈(prompt_tokens + 2) / context⌉`` segments (the question and CLIP's BOS/EOS)."""
+    text = dict(CLIP_L_TEXT if text is None else text)
+    segments = max(1, -(-(setting.prompt_tokens + 2) // text["context"]))
+    module: dict[str, Any] = dict(cdpruner_flops(setting.tokens, setting.lm.hidden, budget, tower_dim=setting.mm_hidden,
+                                                 joint_dim=text["projection"], segments=segments))
+    module["text_tower"] = clip_text_flops(segments, **text)
+    note = f"projector on all N tokens, then selection; CLIP text tower over {segments} x {text['context']} tokens; {_PRE_LLM_NOTE}"
+    return ModuleCost(name, budget, "post", module, _mlp(setting.tokens, setting), note)
+
+
+_PRE_LLM: dict[str, Callable[..., ModuleCost]] = {"visionzip": _visionzip_cost, "vispruner": _vispruner_cost, "cdpruner": _cdpruner_cost}

@@ -9,7 +9,11 @@ Each picture shows what the method really computes for the image, with :mod:`lla
 * **MQT-LLaVA**: the attention weights of the first queries over the patch grid (with the release's
   position keys these do not depend on the image: that is what the method does);
 * **Fourier-VLM**: the C x C DCT low-pass view of the image (:func:`braco_patch.view.lowpass_view`, the
-  same basis), i.e. the coarse layout its C² tokens carry.
+  same basis), i.e. the coarse layout its C² tokens carry;
+* **VisionZip**: the dominant patches it keeps, and the group of patches merged into each contextual token;
+* **VisPruner**: the important patches (attention) and the diverse ones (duplicate removal);
+* **CDPruner**: the K patches its DPP keeps. The panel has no question, so this is the selection without one
+  (relevance 1 everywhere); with a question the relevance reweighs it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from llava.serve.panels import CompressorView, ViewInputs, heat_picture, kept_po
 
 from ..view import lowpass_view
 from .prumerge import importance_scores
+from .visionzip import visionzip_groups
+from .vispruner import cls_attention, vispruner_parts
 
 __all__ = ["VIEWS"]
 
@@ -125,10 +131,70 @@ def fouriervlm_view(projector: Any, inputs: ViewInputs) -> CompressorView:
     return _view(inputs, [Picture(f"{cutoff}×{cutoff} DCT low-pass", low)], help_text, f"{cutoff}×{cutoff} low-pass grid", cutoff=cutoff)
 
 
+def _own_layer_attention(inputs: ViewInputs) -> Any:
+    """The tower's outputs for ``inputs.pixels`` with the attention of the layer that produced the select layer's
+    features (what VisionZip and VisPruner read)."""
+    from llava.model.image_encoding import attention_layer_for
+
+    model = inputs.model
+    tower = model.get_vision_tower()
+    layer = attention_layer_for(int(getattr(model.config, "mm_vision_select_layer", -2)), int(tower.config.num_hidden_layers))
+    with torch.no_grad():
+        return tower, tower.encode(inputs.pixels, attention_layer=layer)
+
+
+def visionzip_view(projector: Any, inputs: ViewInputs) -> CompressorView:
+    """Dominant patches (``details["kept"]``, grid order) and contextual groups (``details["groups"]``: per patch the
+    contextual token it went into, ``-1`` for a dominant patch)."""
+    module = projector.compressor
+    tower, out = _own_layer_attention(inputs)
+    kept, groups = visionzip_groups(module, out.attention.float(), out.keys.float(), bool(tower.has_cls_token))
+    labels = (np.asarray(groups) + 1).reshape(inputs.grid)
+    cls = " plus the CLS token" if tower.has_cls_token else ""
+    pictures = [
+        kept_positions_picture(f"{len(kept)} dominant patches{cls}", inputs.image, inputs.grid, kept),
+        regions_picture(f"{module.contextual} contextual groups", inputs.image, labels),
+    ]
+    help_text = (f"VisionZip keeps the patches the CLS token attends to most{cls} (left), then merges every other patch into one of "
+                 f"{module.contextual} evenly spaced targets by key similarity (right: one colour per contextual token; the dominant "
+                 "patches share the first colour).")
+    return _view(inputs, pictures, help_text, f"{module.dominant} dominant + {module.contextual} contextual", kept=kept, groups=groups)
+
+
+def vispruner_view(projector: Any, inputs: ViewInputs) -> CompressorView:
+    """Important (``details["important"]``) and diverse (``details["diverse"]``) patch positions."""
+    module = projector.compressor
+    _, out = _own_layer_attention(inputs)
+    with torch.no_grad():
+        scores = cls_attention(out.attention.float(), out.features.shape[1])
+        important, diverse = (part[0].tolist() for part in vispruner_parts(out.features, scores, module.budget, module.important))
+    pictures = [
+        kept_positions_picture(f"{len(important)} important", inputs.image, inputs.grid, important),
+        kept_positions_picture(f"{len(diverse)} diverse", inputs.image, inputs.grid, diverse),
+    ]
+    help_text = ("VisPruner keeps the patches the CLS token attends to most (left), then thins the rest by removing the most "
+                 "similar ones in rounds of bipartite matching until the diverse patches remain (right).")
+    return _view(inputs, pictures, help_text, f"{len(important)} important + {len(diverse)} diverse",
+                 kept=sorted(important + diverse), important=important, diverse=diverse)
+
+
+def cdpruner_view(projector: Any, inputs: ViewInputs) -> CompressorView:
+    """The positions the DPP keeps without a question (``details["kept"]``, grid order)."""
+    with torch.no_grad():
+        kept = projector.compressor.select(projector.project(inputs.features))[0].tolist()
+    picture = kept_positions_picture(f"kept {len(kept)} of {inputs.tokens_uncompressed}", inputs.image, inputs.grid, kept)
+    help_text = ("Bright patches are the projected tokens CDPruner's DPP keeps: a diverse set by feature similarity. The panel has no "
+                 "question; with one, each token's similarity is weighted by its CLIP relevance to the instruction.")
+    return _view(inputs, [picture], help_text, kept=kept)
+
+
 VIEWS = {
     "prumerge": prumerge_view,
     "divprune": divprune_view,
     "regions": regions_view,
     "mqt": mqt_view,
     "fouriervlm": fouriervlm_view,
+    "visionzip": visionzip_view,
+    "vispruner": vispruner_view,
+    "cdpruner": cdpruner_view,
 }

@@ -221,25 +221,25 @@ def visionzip_groups(module: VisionZip, attention: torch.Tensor, keys: torch.Ten
 
 
 def visionzip_flops(
-    dim: int, tokens: int, budget: int, *, heads: int, contextual: int | None = None, has_cls: bool = True, batch: int = 1
+    dim: int, tokens: int, budget: int, *, heads: int, contextual: int | None = None, has_cls: bool = True,
+    count_attention: bool = False, batch: int = 1,
 ) -> dict[str, int]:
     """FLOPs of :class:`VisionZip` at K = ``budget`` on N = ``tokens`` patches (llava's convention).
 
-    ``scores``: the ``[heads, T, T]`` attention probabilities the tower's ``encode`` recomputes from the hooked
-    q/k projections (``2·T²·D``, ``T = N + 1`` with CLS), since the tower itself runs SDPA; ``similarity`` the
-    ``[M − C, C]`` cosine product on head-mean keys (``2·(M − C)·C·D/heads``, ``M`` tokens left after the
-    dominant ones); ``merge`` the one-hot assignment product ``2·C·(M − C)·D``; ``scale`` the division by the
-    counts and ``add`` the target's own features, ``C·D`` each. Top-k, sorting, norms and head means are not
-    counted.
+    ``scores``: the ``[heads, T, T]`` attention probabilities it reads (``2·T²·D``, ``T = N + 1`` with CLS): the
+    release gets them from its eager tower; here the tower's ``encode`` recomputes them for that one layer, as the
+    tower runs SDPA. Attention-score products, so counted only with ``count_attention``. ``similarity``: the
+    ``[M − C, C]`` cosine product on head-mean keys (``2·(M − C)·C·D/heads``, ``M`` patches left after the dominant
+    ones); ``merge``: the one-hot assignment product ``2·C·(M − C)·D``; ``add``: each target's own features,
+    ``C·D``. Top-k, sorting, norms, head means and the division by the counts are not counted.
     """
     c = default_contextual(budget) if contextual is None else contextual
     t = tokens + int(has_cls)
     m = tokens - (budget - c - int(has_cls))
     parts = {
-        "scores": 2 * t * t * dim,
+        "scores": 2 * t * t * dim if count_attention else 0,
         "similarity": 2 * (m - c) * c * (dim // heads),
         "merge": 2 * c * (m - c) * dim,
-        "scale": c * dim,
         "add": c * dim,
     }
     return {key: value * batch for key, value in parts.items()}

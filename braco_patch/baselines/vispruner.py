@@ -143,12 +143,15 @@ class VisPruner(nn.Module):
         return _rows(features, self.select(features, attention))
 
 
-def vispruner_flops(dim: int, tokens: int, budget: int, *, important_ratio: float = 0.5, has_cls: bool = True, batch: int = 1) -> dict[str, int]:
+def vispruner_flops(
+    dim: int, tokens: int, budget: int, *, important_ratio: float = 0.5, has_cls: bool = True, count_attention: bool = False, batch: int = 1
+) -> dict[str, int]:
     """FLOPs of :class:`VisPruner` at K = ``budget`` on N = ``tokens`` patches (llava's convention).
 
-    ``scores``: the ``[heads, T, T]`` probabilities the tower's ``encode`` recomputes (``2·T²·D``); ``matching``:
-    every round's ``[⌈R/2⌉, ⌊R/2⌋]`` cosine product (``2·⌈R/2⌉·⌊R/2⌋·D``), summed over the rounds the shapes
-    give. Sorting, norms and maxima are not counted.
+    ``scores``: the ``[heads, T, T]`` probabilities it reads (``2·T²·D``; the tower's ``encode`` recomputes them for
+    one layer), attention-score products counted only with ``count_attention``; ``matching``: every round's
+    ``[⌈R/2⌉, ⌊R/2⌋]`` cosine product (``2·⌈R/2⌉·⌊R/2⌋·D``), summed over the rounds the shapes give. Sorting, norms
+    and maxima are not counted.
     """
     t = tokens + int(has_cls)
     important = important_count(budget, important_ratio)
@@ -156,4 +159,4 @@ def vispruner_flops(dim: int, tokens: int, budget: int, *, important_ratio: floa
     while diverse > 0 and count - diverse > 0:
         matching += 2 * math.ceil(count / 2) * (count // 2) * dim
         count -= min(DROP_PER_ROUND, count - diverse)
-    return {"scores": 2 * t * t * dim * batch, "matching": matching * batch}
+    return {"scores": (2 * t * t * dim if count_attention else 0) * batch, "matching": matching * batch}

@@ -114,6 +114,7 @@ def test_one_sentence_errors():
 def test_flops_by_hand():
     # N = 576, K = 64 = CLS + 53 patches + 10 contextual, D = 1024, 16 heads: 577² scores; 576 - 53 = 523 patches
     # remain, 10 of them targets, 513 merged
-    parts = visionzip_flops(1024, 576, 64, heads=16)
+    parts = visionzip_flops(1024, 576, 64, heads=16, count_attention=True)
     assert parts == {"scores": 2 * 577 * 577 * 1024, "similarity": 2 * 513 * 10 * 64, "merge": 2 * 10 * 513 * 1024,
-                     "scale": 10 * 1024, "add": 10 * 1024}
+                     "add": 10 * 1024}
+    assert visionzip_flops(1024, 576, 64, heads=16)["scores"] == 0  # attention-score products: only when counted

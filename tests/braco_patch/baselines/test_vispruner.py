@@ -93,6 +93,7 @@ def test_one_sentence_errors():
 
 def test_flops_by_hand():
     # N = 10, K = 4, r = 0.5: 2 important, R = 8 → one round drops min(8, 6) = 6 with a [4, 4] product; then R = 2
-    assert vispruner_flops(16, 10, 4) == {"scores": 2 * 11 * 11 * 16, "matching": 2 * 4 * 4 * 16}
+    assert vispruner_flops(16, 10, 4, count_attention=True) == {"scores": 2 * 11 * 11 * 16, "matching": 2 * 4 * 4 * 16}
+    assert vispruner_flops(16, 10, 4)["scores"] == 0
     # rounds of 8: R = 20 → 12 (10 x 10) → 4 (6 x 6) with K - ⌊K·r⌋ = 4
     assert vispruner_flops(1, 28, 12, important_ratio=2 / 3)["matching"] == 2 * (10 * 10 + 6 * 6)
