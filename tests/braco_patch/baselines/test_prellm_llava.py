@@ -286,3 +286,28 @@ def test_cost_rows_and_budgets():
 
     ratio = module_cost("vispruner_k64", setting, SimpleNamespace(mm_projector_type="vispruner_k64", mm_vispruner_important_ratio=0.75))
     assert ratio.module["matching"] < rows["vispruner_k64"].module["matching"]
+
+
+def test_compare_counts_a_run_with_its_projector_type(mlp_checkpoint, tmp_path, capsys):
+    from llava.cost.pipeline import checkpoint_prefill_flops
+    from llava.eval import compare
+    from llava.eval.files import write_score
+
+    runs = {}
+    for name, score in (("vanilla", 60.0), ("vz", 57.0)):
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        write_score(runs[name] / "gqa.json", "gqa", score, "accuracy (%)")
+    args = ["--results", f"vanilla={runs['vanilla']}", "--results", f"vz={runs['vz']}", "--vanilla", "vanilla",
+            "--checkpoint", f"vanilla={mlp_checkpoint}", "--checkpoint", f"vz={mlp_checkpoint}"]
+    result = compare.main(args + ["--projector-type", "vz=visionzip_k9"])
+    flops = {run.name: run.flops for run in result.runs}
+    assert flops["vz"] == checkpoint_prefill_flops(mlp_checkpoint, 52, overwrite={"mm_projector_type": "visionzip_k9"})["total"]
+    assert flops["vz"] < flops["vanilla"] == checkpoint_prefill_flops(mlp_checkpoint, 52)["total"]
+    assert {run.name: run.tokens for run in result.runs} == {"vanilla": 36, "vz": 9}
+    for extra, message in ((["--projector-type", "vz=nosuch_k9"], "--projector-type 'nosuch_k9' is not a known projector type"),
+                           (["--projector-type", "vanilla=vispruner_k9", "--projector-type", "vz=visionzip_k9"], None)):
+        if message is None:
+            assert compare.main(args + extra)
+        else:
+            assert cli_main(compare.main, args + extra) == 2 and message in capsys.readouterr().err
