@@ -311,3 +311,11 @@ def test_compare_counts_a_run_with_its_projector_type(mlp_checkpoint, tmp_path, 
             assert compare.main(args + extra)
         else:
             assert cli_main(compare.main, args + extra) == 2 and message in capsys.readouterr().err
+
+
+def test_the_quickstarts_all_lists_them():
+    from llava.quickstart.run import expand_projectors
+
+    projectors, notes = expand_projectors(["all"], 16)
+    assert {"visionzip_k16", "vispruner_k16", "cdpruner_k16"} <= set(projectors)
+    assert not any(note.startswith(("visionzip", "vispruner", "cdpruner")) for note in notes)
