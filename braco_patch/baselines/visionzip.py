@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._common import check_count, check_tokens
+from ._common import check_count, check_tokens, per_head_importance
 
 __all__ = [
     "VisionZip",
@@ -57,16 +57,9 @@ def attention_scores(attention: torch.Tensor, num_patches: int) -> torch.Tensor:
     """Per-patch importance ``[B, N]`` (float32) from probabilities ``[B, heads, T, T]``, summed over heads.
 
     ``T = 1 + N``: the CLS row without its own column (the release). ``T = N`` (no CLS token): the attention
-    each patch receives, averaged over the queries.
+    each patch receives, averaged over the queries (:func:`~._common.per_head_importance`).
     """
-    if attention.dim() != 4 or attention.shape[-1] != attention.shape[-2] or attention.shape[-1] not in (num_patches, num_patches + 1):
-        raise ValueError(
-            f"expected attention [batch, heads, T, T] with T = {num_patches + 1} (CLS) or {num_patches} (no CLS), got {tuple(attention.shape)}"
-        )
-    attention = attention.float()
-    if attention.shape[-1] == num_patches + 1:
-        return attention[:, :, 0, 1:].sum(dim=1)
-    return attention.mean(dim=2).sum(dim=1)
+    return per_head_importance(attention, num_patches).sum(dim=1)
 
 
 def head_mean_keys(keys: torch.Tensor, heads: int) -> torch.Tensor:

@@ -31,7 +31,7 @@ import math
 import torch
 import torch.nn as nn
 
-from ._common import check_count, check_tokens
+from ._common import check_count, check_tokens, per_head_importance
 
 __all__ = [
     "VisPruner", "cls_attention", "important_count", "remove_duplicates", "vispruner_flops", "vispruner_parts", "vispruner_select",
@@ -49,14 +49,7 @@ def important_count(budget: int, ratio: float) -> int:
 def cls_attention(attention: torch.Tensor, num_patches: int) -> torch.Tensor:
     """``[B, heads, T, T]`` probabilities → ``[B, N]`` float32: the CLS row (``T = N + 1``) averaged over heads, or
     without a CLS token (``T = N``) the attention each patch receives averaged over queries and heads."""
-    if attention.dim() != 4 or attention.shape[-1] != attention.shape[-2] or attention.shape[-1] not in (num_patches, num_patches + 1):
-        raise ValueError(
-            f"expected attention [batch, heads, T, T] with T = {num_patches + 1} (CLS) or {num_patches} (no CLS), got {tuple(attention.shape)}"
-        )
-    attention = attention.float()
-    if attention.shape[-1] == num_patches + 1:
-        return attention[:, :, 0, 1:].mean(dim=1)
-    return attention.mean(dim=(1, 2))
+    return per_head_importance(attention, num_patches).mean(dim=1)
 
 
 def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

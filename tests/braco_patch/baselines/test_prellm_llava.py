@@ -188,6 +188,9 @@ def test_loader_flag_runs_a_training_free_type_on_the_checkpoint(mlp_checkpoint,
         model_vqa_loader.main(common + ["--answers-file", str(out), "--batch-size", batch, "--projector-type", "cdpruner_k4"])
         answers[batch] = [row["text"] for row in map(json.loads, out.read_text().splitlines())]
     assert len(answers["1"]) == 2 and answers["1"] == answers["2"]
+    # the type is part of what produced the answers: resuming that file with another type is refused
+    assert cli_main(model_vqa_loader.main, common + ["--answers-file", str(tmp_path / "a1.jsonl"), "--projector-type", "vispruner_k4"]) == 2
+    assert "projector_type 'cdpruner_k4' -> 'vispruner_k4'" in capsys.readouterr().err
     # a build-time setting of the --projector-type compressor goes with it; without it the key is refused
     out = tmp_path / "r.jsonl"
     model_vqa_loader.main(common + ["--answers-file", str(out), "--projector-type", "vispruner_k4",
