@@ -549,18 +549,21 @@ def _vispruner_inputs(inputs: Any) -> dict[str, Any]:
     return {"attention": inputs.attention}
 
 
-def _grid_budget(context: BuildContext, budget: int, extra: int = 0) -> None:
+def _grid_budget(context: BuildContext, budget: int, extra: int = 0, least: int = 1) -> None:
     """Refuse a budget above the tower's patch count (plus ``extra`` tokens the method adds, e.g. the CLS token)."""
     _check_patch_features(context)
     if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
         grid = context.tower.grid
-        _check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1] + extra)
+        _check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1] + extra, least)
 
 
 def _visionzip(context: BuildContext) -> BuiltProjector:
     budget = _budget(context.match)
+    if budget < 2:
+        raise ValueError(f"mm_projector_type {context.projector_type!r} keeps {budget} token, but VisionZip needs at least 2 "
+                         "(a dominant and a contextual one)")
     has_cls = context.tower.has_cls if context.tower is not None else True
-    _grid_budget(context, budget, int(has_cls))
+    _grid_budget(context, budget, int(has_cls), least=2)
     stored = context.setting("mm_visionzip_contextual")
     contextual = default_contextual(budget) if stored is None else int(stored)
     if contextual >= budget:

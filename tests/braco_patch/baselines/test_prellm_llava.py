@@ -322,3 +322,26 @@ def test_the_quickstarts_all_lists_them():
     projectors, notes = expand_projectors(["all"], 16)
     assert {"visionzip_k16", "vispruner_k16", "cdpruner_k16"} <= set(projectors)
     assert not any(note.startswith(("visionzip", "vispruner", "cdpruner")) for note in notes)
+
+
+REFUSALS = {
+    "visionzip_k1": "mm_projector_type 'visionzip_k1' keeps 1 token, but VisionZip needs at least 2 (a dominant and a contextual one)",
+    "visionzip_k38": "mm_projector_type 'visionzip_k38' keeps 38 tokens but the 6x6 grid has 36 patches; accepted budgets: 2..37",
+    "vispruner_k37": "mm_projector_type 'vispruner_k37' keeps 37 tokens but the 6x6 grid has 36 patches; accepted budgets: 1..36",
+    "cdpruner_k37": "mm_projector_type 'cdpruner_k37' keeps 37 tokens but the 6x6 grid has 36 patches; accepted budgets: 1..36",
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_impossible_budgets_are_one_sentence_at_build_time(name, clip_dir):
+    from types import SimpleNamespace
+
+    from llava.model.multimodal_projector.builder import build_vision_projector
+
+    config = SimpleNamespace(mm_projector_type=name, mm_hidden_size=32, hidden_size=16, mm_vision_tower=str(clip_dir))
+    with pytest.raises(ValueError) as err:
+        build_vision_projector(config)
+    assert str(err.value) == REFUSALS[name]
+    config.mm_projector_type, config.mm_vision_select_feature = "vispruner_k4", "cls_patch"
+    with pytest.raises(ValueError, match="compresses the patch grid, so mm_vision_select_feature must be 'patch', got 'cls_patch'"):
+        build_vision_projector(config)
