@@ -1,9 +1,10 @@
 """Braco: DCT backbone + basis-coordinate embedding + coordinate organisation + spatial residual tokens.
 
 The core imports nothing from ``llava`` and nothing but torch, numpy and entmax. :mod:`braco_patch.llava_plugin` is
-the seam: Braco's compressor plugin declaration for LLaVA's registry (projector types, settings, training schedule
-and callback, cost); its demo picture, :mod:`braco_patch.view`, draws with LLaVA's panel helpers and is imported
-only when the demo asks for it.
+the seam: Braco as a LLaVA method, one file on the plugin API (projector types, settings, training schedule and
+callback, cost model, demo panel); its pictures (:mod:`braco_patch.view`) and per-step FLOPs
+(:mod:`braco_patch.cost.coder_flops`) are shared with ``braco``'s own commands. The paper's baselines are
+:mod:`braco_patch.baselines`, one file per method.
 
 The names below are imported on first use, so ``import braco_patch`` (and ``braco --help``) stays light:
 ``from braco_patch import BracoCoder`` imports torch, ``BracoAnnealCallback`` transformers.

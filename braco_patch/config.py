@@ -189,17 +189,15 @@ class BracoConfig:
         return asdict(self)
 
 
-#: The Braco name grammar: ``c{C}s{S}`` with an optional coordinate suffix, or ``k{K}`` (a total budget).
-#: Projector types are this grammar with the ``braco_`` prefix (:data:`PROJECTOR_PATTERN`).
+#: The Braco name grammar: ``c{C}s{S}`` with an optional coordinate suffix, or ``k{K}`` (a total budget). Projector
+#: types are these names with the ``braco_`` prefix, declared as the plugin API's name forms in
+#: :mod:`braco_patch.llava_plugin` (a core unit imports no llava; tests/braco_patch/test_names.py holds the two equal).
 NAME_PATTERN = re.compile(
     r"(?:c(?P<c>\d+)s(?P<s>\d+)(?:_(?P<mode>"
     + "|".join([mode for mode in COORDINATE_MODES if mode != "auto"] + list(COORDINATE_ALIASES))
     + r"))?|k(?P<k>\d+))"
 )
 PROJECTOR_PREFIX = "braco_"
-PROJECTOR_PATTERN = PROJECTOR_PREFIX + NAME_PATTERN.pattern
-#: The official implementation's projector type: the coder, then an ``mlp{N}x_gelu`` (braco-official §2).
-OFFICIAL_PATTERN = r"fourier_mlp(\d+)x_gelu"
 
 
 def parse_name(name: str) -> tuple[dict[str, Any], tuple[str, ...]]:

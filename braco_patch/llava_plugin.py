@@ -1,19 +1,23 @@
-"""The one seam between Braco and LLaVA: Braco's :class:`CompressorPlugin` declaration.
+"""Braco as a LLaVA method, in one file on the plugin API (:mod:`llava.plugin_api`): factory, cost, view, declaration.
 
 Loaded through the ``llava.projectors`` entry point (setup.py), so upstream-style scripts need no import
-edits. It declares:
+edits. Braco's core units (basis, embedding, coordinates, residual, coder, config) import no ``llava``, so what they
+hold stays theirs: the name grammar's parser (:func:`braco_patch.config.parse_name`, which these name forms are
+tested to agree with), the FLOPs per paper step (:mod:`braco_patch.cost.coder_flops`, which ``braco cost``'s own
+tables share) and the low-pass picture (:func:`braco_patch.view.lowpass_view`). It declares:
 
-- projector types ``braco_c{C}s{S}`` with an optional ``_coef``/``_idct``/``_randrot``/``_vanilla`` suffix
-  (default ``auto``) and ``braco_k{K}`` (the paper's allocation for K ∈ {4, 9, 16, 25}, the documented rule for
-  any other K), one pattern built from :data:`braco_patch.config.NAME_PATTERN`; and ``fourier_mlp{N}x_gelu``,
-  the official implementation's type, configured by its ``mm_fourier_*`` keys with the official builder's
-  defaults for absent keys (except that an absent ``mm_fourier_use_polar_pe`` means the paper's embedding);
+- its name forms: ``braco_c{C}s{S}`` with an optional ``_coef``/``_idct``/``_randrot`` suffix (``_vanilla`` is an
+  alias of ``_coef``; default ``auto``), ``braco_k{K}`` (the paper's allocation for K ∈ {4, 9, 16, 25}, the
+  documented rule for any other K) and ``fourier_mlp{N}x_gelu``, the official implementation's type, configured by
+  its ``mm_fourier_*`` keys with the official builder's defaults for absent keys (except that an absent
+  ``mm_fourier_use_polar_pe`` means the paper's embedding);
 - its settings: the official ``mm_fourier_*`` keys and this project's ``mm_braco_*`` keys (:data:`MM_KEYS`), each a
   training flag and a ``config.json`` key;
 - the paper's per-stage temperature schedule as run defaults, and the annealing callback;
 - needs: only the select layer, on a square grid; boundary ``pre``;
-- its demo view (:mod:`braco_patch.view`): the DCT low-pass picture and the residual weight maps;
-- its cost model: the coder's FLOPs per paper step (:mod:`braco_patch.cost.coder_flops`) and ``braco_k{K}`` per budget.
+- its demo view (:func:`braco_view`): the DCT low-pass picture and the residual weight maps;
+- its cost model (:func:`braco_module_cost`): the coder's FLOPs per paper step, then the MLP on K tokens; ``braco_k{K}``
+  per budget.
 
 Each type builds ``Sequential(coder, Linear(mm_hidden, hidden), GELU, Linear(hidden, hidden))`` (indices 0–3,
 the official checkpoint layout) and returns the resolved keys for the model config, so ``config.json`` rebuilds the
@@ -24,19 +28,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch.nn as nn
 
-from llava.cost.module import CostModel
-from llava.model.multimodal_projector.builder import mlp_projector
-from llava.model.multimodal_projector.plugins import (
+from llava.model.multimodal_projector.registry import register_plugin
+from llava.plugin_api import (
     BuildContext,
     BuiltProjector,
     CompressorPlugin,
+    CompressorView,
+    CostModel,
+    CostSetting,
     ModelNeeds,
+    ModuleCost,
+    NameForm,
+    Picture,
     ProjectorType,
     RunInfo,
     Setting,
-    register_plugin,
+    ViewInputs,
+    mlp_projector,
+    projector_flops,
 )
 
 from .callbacks import BracoAnnealCallback
@@ -44,8 +56,6 @@ from .coder import BracoCoder
 from .config import (
     MM_KEYS,
     OFFICIAL_BUILDER_DEFAULTS,
-    OFFICIAL_PATTERN,
-    PROJECTOR_PATTERN,
     PROJECTOR_PREFIX,
     BracoConfig,
     fields_from_mm_keys,
@@ -53,11 +63,25 @@ from .config import (
     to_mm_keys,
 )
 from .coordinates import COORDINATE_ALIASES, COORDINATE_MODES, canonical_coordinates
+from .cost.coder_flops import check_allocation, compressor_flops
 from .embedding import EMBEDDINGS
 from .paper_scores import REFERENCE_SCORES
 from .schedule import DEFAULT_SCHEDULE, SCHEDULES, STAGE_TEMPERATURES, annealed_coders
+from .view import find_coder, lowpass_view
 
-__all__ = ["PLUGIN", "braco_config_from_model_config", "build_braco_projector"]
+__all__ = ["ALLOCATION_FORM", "BUDGET_FORM", "OFFICIAL_FORM", "PANEL_HELP", "PLUGIN", "braco_config_from_model_config",
+           "braco_module_cost", "braco_view", "build_braco_projector"]
+
+#: ``braco_c{C}s{S}[_coef|_idct|_randrot]`` (``_vanilla``: the paper's word for ``_coef``, an alias).
+ALLOCATION_FORM = NameForm(
+    f"{PROJECTOR_PREFIX}c{{C}}s{{S}}["
+    + "|".join([f"_{mode}" for mode in COORDINATE_MODES if mode != "auto"] + [f"~_{alias}" for alias in COORDINATE_ALIASES])
+    + "]"
+)
+#: ``braco_k{K}``: the paper's allocation of a total budget K.
+BUDGET_FORM = NameForm(f"{PROJECTOR_PREFIX}k{{K}}")
+#: ``fourier_mlp{N}x_gelu``: the official implementation's type, the coder then an ``mlp{N}x_gelu`` (braco-official §2).
+OFFICIAL_FORM = NameForm("fourier_mlp{N}x_gelu")
 
 TEMPERATURE_KEYS = ("mm_fourier_temp_start", "mm_fourier_temp_end", "mm_fourier_temp_steps", "mm_fourier_temp_schedule")
 
@@ -161,7 +185,7 @@ def _braco(context: BuildContext) -> BuiltProjector:
 
 
 def _official(context: BuildContext) -> BuiltProjector:
-    depth = int(context.match.group(1))
+    depth = int(context.match["N"])
     return build_braco_projector(context.config, context.projector_type, context.mm_hidden, context.hidden, mlp_depth=depth)
 
 
@@ -176,33 +200,79 @@ def _callbacks(model: Any) -> list[Any]:
     return [BracoAnnealCallback()] if annealed_coders(model) else []
 
 
-def _module_flops(config: Any, setting: Any) -> Any:
-    from .cost.coder_flops import braco_module_cost
+# ---------------------------------------------------------------------------------------------- cost
 
-    return braco_module_cost(config, setting)
+
+def braco_module_cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """Braco's ``CostModel.module_flops``: the coder per paper step (``setting.computation``: the official code's or
+    this project's), then ``mlp{N}x_gelu`` on the K tokens; the allocation is resolved as the factory resolves it."""
+    projector_type = context.projector_type
+    allocation = braco_config_from_model_config(context.config, projector_type)
+    check_allocation(allocation, setting.grid, f"projector {projector_type}")
+    k = allocation.output_tokens
+    return ModuleCost(
+        projector_type, k, "pre",
+        module=compressor_flops(allocation, setting.mm_hidden, setting.grid, setting.computation),
+        projector=projector_flops(k, setting.mm_hidden, setting.lm.hidden, setting.projector_depth),
+    )
 
 
 def _types_at_budget(budget: int) -> list[str]:
     """``braco_k{K}``: the paper's allocation for K (one sentence when no allocation gives K)."""
-    return [f"{PROJECTOR_PREFIX}k{BracoConfig.from_budget(budget).output_tokens}"]
+    return [BUDGET_FORM.format(K=BracoConfig.from_budget(budget).output_tokens)]
 
 
-def _view(projector: Any, inputs: Any) -> Any:
-    from .view import braco_view
+# ---------------------------------------------------------------------------------------------- view (paper §3.4, Fig. 2)
 
-    return braco_view(projector, inputs)
+PANEL_HELP = """*Left to right:* the image as the model receives it (padded and resized); its low-pass view (the
+image averaged per patch, keeping only the C×C lowest 2-D DCT frequencies over the patch grid, drawn smoothly),
+which is the coarse layout the DCT backbone tokens summarise; then one heat map per residual token: its sparsemax
+weights over the patch grid (each map sums to 1), drawn over the image."""
 
+
+def braco_view(projector: nn.Module, inputs: ViewInputs) -> CompressorView | None:
+    """The panel of a Braco projector for one image (``None`` when the projector has no coder): the model input,
+    the C x C low-pass view (:func:`braco_patch.view.lowpass_view`) and the S residual tokens' sparsemax weight maps
+    ``[S, H, W]``, exactly what the coder computes for that image (each map sums to 1).
+
+    ``arrays["weights"]`` holds the residual maps; ``details`` the token counts, C and S.
+    """
+    from llava.serve.panels import heat_picture, token_details, tokens_summary
+
+    coder = find_coder(projector)
+    if coder is None:
+        return None
+    tokens, grid = coder.split_tokens(inputs.features)
+    grid = (int(grid[0]), int(grid[1]))
+    cutoff, residual = int(coder.cutoff), int(coder.residual_tokens)
+    if residual > 0:
+        weights = coder.residual_weights(tokens, grid)[0].float().reshape(-1, *grid).cpu().numpy()
+    else:
+        weights = np.zeros((0, *grid), dtype=np.float32)
+    pictures: list[Picture] = [Picture("model input", inputs.image)]
+    if cutoff > 0:
+        pictures.append(Picture(f"{cutoff}×{cutoff} DCT low-pass", lowpass_view(inputs.image, grid, cutoff)))
+    for index, heat in enumerate(weights, start=1):
+        pictures.append(heat_picture(f"residual {index} (max {heat.max():.2f})", inputs.image, heat))
+    split = cutoff * cutoff + residual == inputs.tokens_sent
+    breakdown = f"{cutoff}×{cutoff} = {cutoff * cutoff} DCT backbone + {residual} residual" if split else ""
+    details: dict[str, Any] = {**token_details(inputs), "cutoff": cutoff, "residual_tokens": residual}
+    summary = tokens_summary(inputs.tokens_sent, grid, breakdown)
+    return CompressorView(summary, tuple(pictures), PANEL_HELP, details, {"weights": weights})
+
+
+# ---------------------------------------------------------------------------------------------- declaration
 
 PLUGIN = register_plugin(
     CompressorPlugin(
         name="braco",
         projectors=(
-            ProjectorType(PROJECTOR_PATTERN, _braco, "Braco: C x C DCT backbone + S residual tokens (or a budget K), then mlp2x_gelu",
-                          examples=("braco_c2s5", "braco_k4", "braco_c3s7_coef", "braco_c4s9_idct", "braco_c2s5_randrot"),
-                          spelling="braco_c{C}s{S}[_coef|_idct|_randrot], braco_k{K}"),
-            ProjectorType(OFFICIAL_PATTERN, _official, "official Braco type, configured by mm_fourier_* keys",
-                          examples=("fourier_mlp2x_gelu",), example_settings={"mm_fourier_C": 2, "mm_fourier_spatial_keep": 3},
-                          spelling="fourier_mlp{N}x_gelu"),
+            ProjectorType.named(ALLOCATION_FORM, _braco, "Braco: C x C DCT backbone + S residual tokens, then mlp2x_gelu",
+                                examples=("braco_c2s5", "braco_c3s7_coef", "braco_c4s9_idct", "braco_c2s5_randrot")),
+            ProjectorType.named(BUDGET_FORM, _braco, "Braco at a total budget K (the paper's allocation), then mlp2x_gelu",
+                                examples=("braco_k4",)),
+            ProjectorType.named(OFFICIAL_FORM, _official, "official Braco type, configured by mm_fourier_* keys",
+                                examples=("fourier_mlp2x_gelu",), example_settings={"mm_fourier_C": 2, "mm_fourier_spatial_keep": 3}),
         ),
         settings=SETTINGS,
         key_prefixes=("mm_fourier_", "mm_braco_"),
@@ -210,10 +280,10 @@ PLUGIN = register_plugin(
         callbacks=_callbacks,
         needs=ModelNeeds(square_grid=True),
         boundary="pre",
-        view=_view,
-        cost=CostModel(module_flops=_module_flops, types_at_budget=_types_at_budget),
-        showcase=(f"{PROJECTOR_PREFIX}c2s5",),
-        video_showcase=(f"{PROJECTOR_PREFIX}k16",),
+        view=braco_view,
+        cost=CostModel(module_flops=braco_module_cost, types_at_budget=_types_at_budget),
+        showcase=(ALLOCATION_FORM.format(C=2, S=5),),
+        video_showcase=(BUDGET_FORM.format(K=16),),
         reference_scores=REFERENCE_SCORES,
     )
 )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from llava.constants import LOGDIR
+from llava.plugin_api import BOOLEAN_WORDS, FALSE_WORDS, TRUE_WORDS, parse_bool  # the one boolean rule: a plugin's too
 
 server_error_msg = "**NETWORK ERROR DUE TO HIGH TRAFFIC. PLEASE REGENERATE OR REFRESH THIS PAGE.**"
 
@@ -162,31 +163,6 @@ def build_logger(
         stderr_logger.setLevel(logging.ERROR)
         sys.stderr = _StreamToLogger(stderr_logger, logging.ERROR, sys.stderr)
     return logger
-
-
-#: The one spelling of booleans in flags and config files (any case): what :func:`parse_bool` accepts.
-TRUE_WORDS = ("true", "yes", "t", "y", "1", "on")
-FALSE_WORDS = ("false", "no", "f", "n", "0", "off")
-BOOLEAN_WORDS = "true/false, yes/no, t/f, y/n, 1/0, on/off"
-
-
-def parse_bool(value: Any) -> bool | None:
-    """``value`` as a boolean, or ``None`` when it is not one: the one boolean rule of flags and config files.
-
-    Accepted: a bool; the integers 0 and 1; the strings of :data:`TRUE_WORDS` / :data:`FALSE_WORDS` in any case,
-    surrounding spaces ignored. Anything else (``"maybe"``, ``2``, ``None``) is not a boolean.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in TRUE_WORDS:
-            return True
-        if word in FALSE_WORDS:
-            return False
-    return None
 
 
 class UserError(ValueError):

@@ -1,10 +1,19 @@
-"""The seam is held on imports, not on words (DESIGN "Rules"): every import of every module is walked, including
-imports inside functions and ``importlib.import_module`` / ``__import__`` calls with a constant name.
+"""The seams and layers are held on imports, not on words (DESIGN "Rules"): every import of every module is walked,
+including imports inside functions and ``importlib.import_module`` / ``__import__`` calls with a constant name.
 
 - nothing under ``llava/`` imports ``braco_patch``;
 - Braco's core units import nothing but the standard library, torch, numpy, entmax and each other;
-- a ``braco_patch`` module outside the declared seam imports no ``llava``;
-- ``import braco_patch`` imports neither transformers nor peft, and ``braco --help`` answers in under 2 s.
+- a ``braco_patch`` module outside the declared seam imports no ``llava``; a baseline's method file imports from
+  llava only the plugin API (and, inside its view, the panel helpers);
+- ``import braco_patch`` imports neither transformers nor peft, and ``braco --help`` answers in under 2 s;
+- **the import graph** of ``llava/`` and ``braco_patch/`` (module-level and function-level imports; imports under
+  ``if TYPE_CHECKING:`` never run and are left out, and so is the implicit import of a module's parent packages)
+  has no cycle;
+- **the layers** of :data:`LAYERS` (listed in :mod:`llava.plugin_api`'s docstring): a unit of llava imports only units
+  of a lower layer, or of its own layer in the shared utilities; so ``llava.model`` never imports ``llava.cost``, and
+  ``llava.eval`` and ``llava.serve`` never import each other;
+- the plugin API imports only the standard library when it runs (torch for type checkers), and importing it loads
+  no torch.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import ast
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,11 +35,9 @@ CORE_ALLOWED = {"torch", "numpy", "entmax"}
 
 #: The braco_patch modules that connect Braco to llava, and why.
 SEAM = {
-    "braco_patch/llava_plugin.py": "Braco's plugin registration (projector types, settings, callbacks, needs, cost)",
-    "braco_patch/view.py": "Braco's demo view, drawn with llava's panel helpers",
-    "braco_patch/baselines/llava_plugin.py": "the baselines' plugin registrations",
-    "braco_patch/baselines/view.py": "the baselines' demo views",
-    "braco_patch/baselines/module_flops.py": "the baselines' cost models, counted in llava's FLOP convention",
+    "braco_patch/llava_plugin.py": "Braco as a method, one file on the plugin API: factory, settings, callbacks, needs, cost, view",
+    "braco_patch/baselines/": "the baselines, one file per method on the plugin API (module, FLOPs, factory, cost, view, "
+                              "declaration), and the discovery module that registers them",
     "braco_patch/cost/": "the `braco cost` command: Braco's tables on llava's pipeline cost engine",
     "braco_patch/diagnostics/tower.py": "`braco diagnose` / `calibrate` load a tower through llava's tower registry",
     "braco_patch/diagnostics/commands.py": "`braco diagnose` / `calibrate` check --out and --device with llava's rules",
@@ -38,30 +46,71 @@ SEAM = {
 }
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports, anywhere in it (relative imports resolved)."""
+@dataclass(frozen=True)
+class Import:
+    """One import of a module: the absolute name and where it runs (``module``, ``function`` or ``type-checking``)."""
+
+    name: str
+    scope: str
+
+
+def _package_of(path: Path) -> str:
     inside = path.is_relative_to(ROOT)
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts) if inside else path.stem
     if path.name != "__init__.py" and inside:
         package = package.rsplit(".", 1)[0]
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            names.add(module)
-            names.update(f"{module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
-                names.add(node.args[0].value)
-    return names
+    return package
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _names_of(node: ast.AST, package: str) -> list[str]:
+    """The absolute module names one AST node imports (relative imports resolved; ``from m import x``: ``m`` and ``m.x``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = ".".join(base + ([node.module] if node.module else []))
+        else:
+            module = node.module or ""
+        return [module, *(f"{module}.{alias.name}" for alias in node.names)]
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+            return [node.args[0].value]
+    return []
+
+
+def import_sites(path: Path) -> list[Import]:
+    """Every import of ``path`` with its scope: inside a function (or lambda), under ``if TYPE_CHECKING:``, or at
+    module level (which includes class bodies and other top-level blocks)."""
+    package = _package_of(path)
+    found: list[Import] = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        found.extend(Import(name, scope) for name in _names_of(node, package))
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.body:
+                visit(child, "type-checking")
+            for child in node.orelse:
+                visit(child, scope)
+            return
+        inner = "function" if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and scope == "module" else scope
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), "module")
+    return found
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports, anywhere in it (relative imports resolved)."""
+    return {site.name for site in import_sites(path)}
 
 
 def _modules(package: str) -> list[Path]:
@@ -134,3 +183,169 @@ def test_braco_help_answers_in_under_two_seconds():
     elapsed = time.perf_counter() - start
     assert out.returncode == 0 and "cost" in out.stdout
     assert elapsed < 2.0, f"braco --help took {elapsed:.2f} s"
+
+
+# ---------------------------------------------------------------------------------------------- the import graph and its layers
+
+#: Each unit of llava (a top-level module or subpackage) and its layer; a unit imports only units of a lower layer, or
+#: of its own layer in the shared utilities (layer 1). A new unit must be given its layer here (and in the plugin API's
+#: docstring, which lists them).
+LAYERS = {
+    "llava.plugin_api": 0,
+    **dict.fromkeys(("llava", "llava.constants", "llava.utils", "llava.devices", "llava.outputs", "llava.net", "llava.video",
+                     "llava.mm_utils", "llava.conversation", "llava.visual_tokens"), 1),
+    "llava.model": 2,
+    **dict.fromkeys(("llava.cost", "llava.generation", "llava.testing"), 3),
+    **dict.fromkeys(("llava.eval", "llava.serve", "llava.train"), 4),
+    "llava.quickstart": 5,
+}
+UTILITIES = 1
+
+
+def module_files(packages: tuple[str, ...] = ("llava", "braco_patch")) -> dict[str, Path]:
+    """``{module name: file}`` of every module of ``packages`` (a package by its ``__init__.py``)."""
+    out = {}
+    for package in packages:
+        for path in _modules(package):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def runtime_graph(files: dict[str, Path]) -> dict[str, set[str]]:
+    """``{module: modules it imports}`` among ``files``, module-level and function-level imports alike (``TYPE_CHECKING``
+    imports never run; a module's parent packages are not counted, as every import runs them)."""
+
+    def resolve(name: str) -> str | None:
+        parts = name.split(".")
+        return next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in files), None)
+
+    graph = {}
+    for module, path in files.items():
+        targets = {resolve(site.name) for site in import_sites(path) if site.scope != "type-checking"}
+        graph[module] = {target for target in targets if target is not None and target != module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as ``[a, b, ..., a]``, or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state and (cycle := visit(target)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+def unit_of(module: str) -> str:
+    """The layer unit of a llava module: ``llava.model.builder`` -> ``llava.model``, ``llava.utils`` -> itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for each import of a llava unit from one that may not import it (see :data:`LAYERS`)."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        if _top(module) != "llava":
+            continue
+        source = unit_of(module)
+        for target in sorted(targets):
+            unit = unit_of(target)
+            if _top(target) != "llava" or unit == source:
+                continue
+            low, high = LAYERS[unit], LAYERS[source]
+            if low > high or (low == high and low != UTILITIES):
+                found.append(f"{module} -> {target} ({source} is layer {high}, {unit} layer {low})")
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    assert find_cycle(runtime_graph(module_files())) is None
+
+
+@pytest.mark.parametrize("graph, cycle", [
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+    ({"a": {"b"}, "b": set(), "c": {"c"}}, ["c", "c"]),
+    ({"a": {"b", "c"}, "b": {"c"}, "c": set()}, None),
+])
+def test_the_cycle_finder(graph, cycle):
+    assert find_cycle(graph) == cycle
+
+
+def test_the_graph_sees_function_imports_and_skips_type_checking(tmp_path: Path):
+    module = tmp_path / "probe.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nimport os\nif TYPE_CHECKING:\n    import torch\nelse:\n    import json\n\n"
+        "def f():\n    import llava.cost\n\nclass C:\n    import re\n",
+        encoding="utf-8",
+    )
+    scopes = {site.name: site.scope for site in import_sites(module)}
+    assert scopes == {"typing": "module", "typing.TYPE_CHECKING": "module", "os": "module", "torch": "type-checking",
+                      "json": "module", "llava.cost": "function", "re": "module"}
+
+
+def test_every_llava_unit_has_a_layer():
+    units = {unit_of(module) for module in module_files(("llava",))}
+    assert units - set(LAYERS) == set(), "give each new unit its layer in LAYERS (and in llava/plugin_api.py's docstring)"
+
+
+def test_llava_imports_only_downward():
+    assert layer_violations(runtime_graph(module_files())) == []
+
+
+def test_the_layer_rule_catches_an_upward_import():
+    graph = {"llava.model.builder": {"llava.cost.presets", "llava.plugin_api"}, "llava.eval.compare": {"llava.serve.panels"},
+             "llava.utils": {"llava.constants"}}
+    assert layer_violations(graph) == [
+        "llava.eval.compare -> llava.serve.panels (llava.eval is layer 4, llava.serve layer 4)",
+        "llava.model.builder -> llava.cost.presets (llava.model is layer 2, llava.cost layer 3)",
+    ]
+
+
+def test_the_model_never_imports_the_cost_engine():
+    graph = runtime_graph(module_files(("llava",)))
+    assert {m: sorted(t for t in targets if unit_of(t) == "llava.cost") for m, targets in graph.items()
+            if unit_of(m) == "llava.model" and any(unit_of(t) == "llava.cost" for t in targets)} == {}
+
+
+def test_the_plugin_api_imports_only_the_standard_library():
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    sites = import_sites(ROOT / "llava" / "plugin_api.py")
+    runtime = {site.name for site in sites if site.scope != "type-checking" and _top(site.name) not in stdlib}
+    typing_only = {_top(site.name) for site in sites if site.scope == "type-checking"}
+    # torch.nn is imported inside mlp_projector, when a plugin builds an MLP; nothing else outside the standard library
+    assert runtime == {"torch.nn"} and typing_only <= {"torch"}
+
+
+def test_importing_the_plugin_api_loads_no_torch():
+    probe = "import llava.plugin_api, sys\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'transformers'}))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_baseline_method_file_builds_on_the_plugin_api_alone():
+    """A method file imports from llava only the plugin API (and, inside its view, llava's panel helpers)."""
+    allowed = {"module": ("llava.plugin_api",), "function": ("llava.plugin_api", "llava.serve.panels")}
+    offending = {}
+    for path in sorted((ROOT / "braco_patch" / "baselines").glob("*.py")):
+        if path.name == "llava_plugin.py":  # the discovery module registers what it finds
+            continue
+        bad = sorted(f"{site.name} ({site.scope})" for site in import_sites(path) if _top(site.name) == "llava"
+                     and not any(site.name == ok or site.name.startswith(ok + ".") for ok in allowed.get(site.scope, ())))
+        if bad:
+            offending[path.name] = bad
+    assert offending == {}

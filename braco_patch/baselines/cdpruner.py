@@ -28,19 +28,41 @@ picks stay defined. Without an instruction (``encode_images`` on its own) the re
 plain similarity DPP. The release's optional θ reweighting is commented out in its code and not offered.
 
 Boundary: post-projector (``[B, N, d] → [B, K, d]``); no parameters.
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``cdpruner_k{K}``: ``mlp2x_gelu``, then the
+selection, so ``mlp2x_gelu`` weights ``0.*``/``2.*`` load unchanged and any ``mlp2x_gelu`` checkpoint runs it
+training-free), cost, view and :data:`PLUGIN`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
 
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    ViewInputs,
+)
+
 from ._common import check_count
+from ._plugin import CompressThenProject, check_patch_features, check_selection_budget, cost_budget, name_count, projector_part, view_of
 
 __all__ = [
+    "NAME",
+    "PLUGIN",
     "CDPruner",
+    "ProjectThenSelect",
     "CLIP_L_TEXT",
     "cdpruner_flops",
     "clip_text_flops",
@@ -199,3 +221,66 @@ def cdpruner_flops(
         "dpp": tokens * budget * (budget - 1),
     }
     return {key: value * batch for key, value in parts.items()}
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+NAME = NameForm("cdpruner_k{K}")
+
+
+class ProjectThenSelect(CompressThenProject):
+    """``mlp2x_gelu`` (keys ``0.*``, ``2.*``), then :class:`CDPruner` on the projected tokens, weighing them by the
+    instruction when :class:`~llava.plugin_api.CompressorInputs` brings one (``prompt``: the tower's text embeddings,
+    ``paired_features``: the patches in the image–text space)."""
+
+    def forward(self, features: torch.Tensor, inputs: Any = None) -> torch.Tensor:
+        tokens = self.project(features)
+        text = None if inputs is None else inputs.prompt
+        return self.compressor(tokens, None if text is None else inputs.paired_features, text)
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    budget = name_count(context.match)
+    check_patch_features(context)
+    if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
+        grid = context.tower.grid
+        check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1])
+    return BuiltProjector(ProjectThenSelect(CDPruner(budget), context.mm_hidden, context.hidden))
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """``mlp2x_gelu`` on all N tokens (the projector part), then the similarity, the relevance (the visual projection
+    and CLIP-L/14's text tower over ``⌈(prompt_tokens + 2) / 77⌉`` segments: the question and CLIP's BOS/EOS) and the
+    greedy DPP."""
+    budget, n, text = cost_budget("cdpruner", name_count(context.match), setting), setting.tokens, CLIP_L_TEXT
+    segments = max(1, -(-(setting.prompt_tokens + 2) // text["context"]))
+    module: dict[str, Any] = dict(cdpruner_flops(n, setting.lm.hidden, budget, tower_dim=setting.mm_hidden, joint_dim=text["projection"],
+                                                 segments=segments))
+    module["text_tower"] = clip_text_flops(segments, **text)
+    note = (f"projector on all N tokens, then selection; CLIP text tower over {segments} x {text['context']} tokens; "
+            "the LLM sees K visual tokens in every layer")
+    return ModuleCost(context.projector_type, budget, "post", module, projector_part(n, setting), note)
+
+
+def _view(projector: Any, inputs: ViewInputs) -> Any:
+    """The positions the DPP keeps without a question (``details["kept"]``, grid order)."""
+    from llava.serve.panels import kept_positions_picture
+
+    with torch.no_grad():
+        kept = projector.compressor.select(projector.project(inputs.features))[0].tolist()
+    picture = kept_positions_picture(f"kept {len(kept)} of {inputs.tokens_uncompressed}", inputs.image, inputs.grid, kept)
+    help_text = ("Bright patches are the projected tokens CDPruner's DPP keeps: a diverse set by feature similarity. The panel has no "
+                 "question; with one, each token's similarity is weighted by its CLIP relevance to the instruction.")
+    return view_of(inputs, [picture], help_text, kept=kept)
+
+
+PLUGIN = CompressorPlugin(
+    name="cdpruner",
+    projectors=(ProjectorType.named(NAME, _factory, "CDPruner: mlp2x_gelu, then an instruction-conditioned DPP keeps K tokens",
+                                    examples=("cdpruner_k9",)),),
+    key_prefixes=("mm_cdpruner_",),
+    needs=ModelNeeds(text="instruction", text_encoder="tower"),  # CLIP's text tower on the instruction, as the release
+    boundary=CDPruner.boundary,
+    view=_view,
+    cost=CostModel(module_flops=_cost),
+)

@@ -16,16 +16,36 @@ explicitly rather than through their zero self-distance. Distances are computed 
 
 Boundary: post-projector (``[B, N, d_llm] → [B, K, d_llm]``); no parameters; any ``1 ≤ K ≤ N``.
 The original's budget is a ratio (``SUBSET_RATIO``, ``K = round(ratio·N)``); here it is K itself.
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``divprune_k{K}``: ``mlp2x_gelu``, then the
+selection, so ``mlp2x_gelu`` weights ``0.*``/``2.*`` load unchanged), cost, view and :data:`PLUGIN`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 
-from ._common import check_count, check_tokens
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    ViewInputs,
+    mlp_projector,
+)
 
-__all__ = ["DivPrune", "cosine_distance", "divprune_select"]
+from ._common import check_count, check_tokens
+from ._plugin import check_selection_budget, cost_budget, name_count, projector_part, scale_parts, view_of
+
+__all__ = ["DivPrune", "NAME", "PLUGIN", "cosine_distance", "divprune_flops", "divprune_select"]
 
 
 def cosine_distance(x: torch.Tensor) -> torch.Tensor:
@@ -93,3 +113,60 @@ class DivPrune(nn.Module):
         """``[B, N, d]`` → ``[B, K, d]`` (gradients flow to the kept tokens)."""
         idx = self.select(tokens)
         return torch.gather(tokens, 1, idx.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+
+def divprune_flops(tokens: int, dim: int, budget: int, *, batch: int = 1) -> dict[str, int]:
+    """:class:`DivPrune`: the ``N x N`` cosine similarity, ``2·N²·d``; the greedy steps are reductions."""
+    del budget  # the K greedy steps are min/argmax reductions: not counted
+    return scale_parts({"similarity": 2 * tokens * tokens * dim}, batch)
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+NAME = NameForm("divprune_k{K}")
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    budget = name_count(context.match)
+    if context.tower is not None:
+        grid = context.tower.grid
+        check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1])
+    return BuiltProjector(nn.Sequential(*mlp_projector(context.mm_hidden, context.hidden, 2), DivPrune(budget)))
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """``mlp2x_gelu`` on all N tokens (the projector part), then the ``N x N`` similarity in the LLM width."""
+    budget, n = cost_budget("divprune", name_count(context.match), setting), setting.tokens
+    module = divprune_flops(n, setting.lm.hidden, budget)
+    return ModuleCost(context.projector_type, budget, "post", module, projector_part(n, setting), "projector on all N tokens, then selection")
+
+
+def _view(projector: Any, inputs: ViewInputs) -> Any:
+    """Kept positions on the projected tokens (``details["kept"]``, ascending)."""
+    from llava.serve.panels import kept_positions_picture
+
+    selector = projector[-1]
+    with torch.no_grad():
+        projected = projector[:-1](inputs.features)
+        kept = selector.select(projected)[0].tolist()
+    if projected.shape[1] == inputs.tokens_uncompressed + 1:  # cls_patch features: position 0 is the CLS token
+        kept = [index - 1 for index in kept if index > 0]
+    picture = kept_positions_picture(f"kept {len(kept)} of {inputs.tokens_uncompressed}", inputs.image, inputs.grid, kept)
+    help_text = "Bright patches are the projected tokens DivPrune keeps: each next one is the farthest (cosine) from those already kept."
+    return view_of(inputs, [picture], help_text, kept=kept)
+
+
+PLUGIN = CompressorPlugin(
+    name="divprune",
+    projectors=(ProjectorType.named(NAME, _factory, "DivPrune: mlp2x_gelu, then greedy max-min diversity selection of K tokens",
+                                    examples=("divprune_k4",)),),
+    key_prefixes=("mm_divprune_",),
+    needs=ModelNeeds(),
+    boundary=DivPrune.boundary,
+    view=_view,
+    cost=CostModel(module_flops=_cost),
+    video_showcase=(NAME.format(K=16),),
+)

@@ -19,20 +19,41 @@ first stage). At inference any ``1 ≤ K ≤ Q`` runs from one checkpoint (``num
 Boundary: pre-projector in the paper's table, but the module *is* the projector: ``[B, N, D] → [B, K, d_llm]``.
 Trainable: queries ``[Q, D]``, the attention (q/k/v/out projections with biases), three LayerNorms and
 ``W_proj`` (8.7 M for D = 1024, d_llm = 4096, Q = 256). The query positions are a fixed buffer.
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``mqt_k{K}``: 256 queries, K at inference;
+``mqt_q{Q}``: Q queries), cost, view and :data:`PLUGIN`. ``mm_mqt_num_tokens`` is a runtime setting: K changes on a
+loaded model (:class:`MQTProjector`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._common import CrossAttention, check_count, check_tokens, sincos_2d, square_side
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    RunInfo,
+    Setting,
+    ViewInputs,
+    linear_flops,
+)
 
-__all__ = ["MQTAbstractor", "nested_lengths"]
+from ._common import CrossAttention, check_count, check_tokens, sincos_2d, square_side
+from ._plugin import Resolved, attention_flops, check_patch_features, cost_budget, name_count, scale_parts, view_of
+
+__all__ = ["BUDGET_NAME", "PLUGIN", "QUERIES_NAME", "MQTAbstractor", "MQTProjector", "mqt_attention", "mqt_flops", "nested_lengths"]
 
 
 def nested_lengths(num_queries: int) -> list[int]:
@@ -131,3 +152,129 @@ class MQTAbstractor(nn.Module):
         v = self.ln_v(features)
         out = self.attn(q.expand(features.shape[0], -1, -1), k, v)
         return torch.matmul(out, self.proj.to(dtype))
+
+
+class MQTProjector(MQTAbstractor):
+    """:class:`MQTAbstractor` as a projector: ``mm_mqt_num_tokens`` changes K on a loaded model."""
+
+    def apply_settings(self, values: dict[str, Any]) -> None:
+        if values.get("mm_mqt_num_tokens") is not None:
+            self.num_tokens = self._check_tokens(int(values["mm_mqt_num_tokens"]))
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+
+def mqt_flops(
+    dim: int, out_dim: int, tokens: int, num_tokens: int, *, keys: str = "position", count_attention: bool = False, batch: int = 1
+) -> dict[str, int]:
+    """:class:`MQTAbstractor` with ``m = num_tokens`` queries over N = ``tokens`` features.
+
+    ``add``: query + position once per call (``m·D``), plus ``N·D`` per image for content keys ``x + p``. The
+    (shared) queries and position keys are projected per image, as the module computes them.
+    """
+    parts = scale_parts({"add": tokens * dim if keys == "features" else 0}, batch)
+    parts["add"] += num_tokens * dim
+    parts.update(scale_parts(attention_flops(num_tokens, tokens, dim, count_attention), batch))
+    parts["proj"] = batch * linear_flops(num_tokens, dim, out_dim)
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+BUDGET_NAME = NameForm("mqt_k{K}")
+QUERIES_NAME = NameForm("mqt_q{Q}")
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    name = context.projector_type
+    check_patch_features(context)
+    by_queries = QUERIES_NAME.parse(name) is not None
+    count = name_count(context.match)
+    settings = Resolved(context)
+    queries = int(settings.get("mm_mqt_num_queries", count if by_queries else 256))
+    if by_queries and queries != count:
+        raise ValueError(f"config.json says mm_mqt_num_queries={queries} but mm_projector_type {name!r} means {count} queries; fix one of them")
+    tokens = context.setting("mm_mqt_num_tokens")
+    tokens = int(tokens) if tokens is not None else (queries if by_queries else count)
+    if tokens > queries:
+        raise ValueError(f"mm_projector_type {name!r} asks for {tokens} tokens but has {queries} queries; accepted: 1..{queries} (or raise mm_mqt_num_queries)")
+    heads = int(settings.get("mm_mqt_heads", 16))
+    keys = str(settings.get("mm_mqt_keys", "position"))
+    nested = bool(settings.get("mm_mqt_nested", True))
+    module = MQTProjector(context.mm_hidden, context.hidden, queries, num_tokens=tokens, heads=heads, keys=keys, nested=nested)
+    return BuiltProjector(module, settings.keys)
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """The query abstractor at K = ``mm_mqt_num_tokens`` (else the name's count); it ends in the LLM width itself."""
+    budget = cost_budget("mqt", int(context.setting("mm_mqt_num_tokens") or name_count(context.match)), setting)
+    module = mqt_flops(setting.mm_hidden, setting.lm.hidden, setting.tokens, budget, count_attention=setting.count_attention)
+    return ModuleCost(context.projector_type, budget, "pre", module, {}, "ends in the LLM width")
+
+
+def _run_defaults(run: RunInfo) -> dict[str, Any]:
+    """The release: stage 1 trains all queries, stage 2 random nested prefixes."""
+    return {"mm_mqt_nested": run.stage != "pretrain"}
+
+
+#: MQT queries drawn at most in the demo panel (one heat map each).
+MQT_PICTURES = 8
+
+
+def mqt_attention(projector: Any, features: torch.Tensor) -> torch.Tensor:
+    """``[B, K, N]`` attention probabilities of the K active queries (heads averaged), recomputed as the module does."""
+    module = projector
+    side = int(round(features.shape[1] ** 0.5))
+    dtype = features.dtype
+    m = module.num_tokens
+    with torch.no_grad():
+        pos = module.key_positions(side).to(dtype)
+        q = module.ln_q(module.query[:m].to(dtype) + module.query_pos[:m].to(dtype)).expand(features.shape[0], -1, -1)
+        k = module.ln_k(pos).expand(features.shape[0], -1, -1) if module.keys == "position" else module.ln_k(features + pos)
+        attn = module.attn
+        qh, kh = attn._split(attn.q_proj(q)), attn._split(attn.k_proj(k))
+        logits = torch.matmul(qh, kh.transpose(-1, -2)) * (qh.shape[-1] ** -0.5)
+        return torch.softmax(logits.float(), dim=-1).mean(dim=1)
+
+
+def _view(projector: Any, inputs: ViewInputs) -> Any:
+    """Attention maps of the first queries over the grid (``arrays["attention"]``: ``[K, H, W]``, heads averaged); with
+    the release's position keys these do not depend on the image: that is what the method does."""
+    from llava.serve.panels import CompressorView, heat_picture
+
+    weights = mqt_attention(projector, inputs.features)[0]
+    rows, cols = inputs.grid
+    maps = weights.reshape(-1, rows, cols).cpu().numpy()
+    pictures = [heat_picture(f"query {index + 1}", inputs.image, heat) for index, heat in enumerate(maps[:MQT_PICTURES])]
+    help_text = (f"Where each of the first {min(len(maps), MQT_PICTURES)} of the {len(maps)} queries looks (attention averaged "
+                 "over heads). With position keys (the release) this is the same for every image.")
+    view = view_of(inputs, pictures, help_text, f"first {len(maps)} of {projector.num_queries} nested queries")
+    return CompressorView(view.summary, view.pictures, view.help, view.details, {"attention": maps})
+
+
+PLUGIN = CompressorPlugin(
+    name="mqt",
+    projectors=(
+        ProjectorType.named(BUDGET_NAME, _factory, "MQT-LLaVA: nested query transformer (256 queries), K tokens at inference",
+                            examples=("mqt_k4",)),
+        ProjectorType.named(QUERIES_NAME, _factory, "MQT-LLaVA with Q queries; K = mm_mqt_num_tokens (default Q)",
+                            examples=("mqt_q16",)),
+    ),
+    settings=(
+        Setting("mm_mqt_num_queries", int, "Q, learned queries (the release: 256)", default=256, minimum=1),
+        Setting("mm_mqt_num_tokens", int,
+                "K at inference, any 1..Q from one checkpoint (the release's --num_visual_tokens; default: the name's K, or Q)",
+                minimum=1, runtime=True),
+        Setting("mm_mqt_heads", int, "attention heads", default=16, minimum=1),
+        Setting("mm_mqt_keys", str, "attention keys: the query grid's positions (the release) or the features",
+                default="position", choices=("position", "features")),
+        Setting("mm_mqt_nested", bool, "train with random nested prefix lengths (default: no in stage 1, yes in stage 2, as the release)"),
+    ),
+    key_prefixes=("mm_mqt_",),
+    run_defaults=_run_defaults,
+    needs=ModelNeeds(square_grid=True),
+    boundary=MQTAbstractor.boundary,
+    view=_view,
+    cost=CostModel(module_flops=_cost),
+)

@@ -33,18 +33,49 @@ never changes an image's tokens. Adaptive PruMerge+ adds positions ``0, s, 2s, �
 
 Boundary: pre-projector (``[B, N, D] → [B, K, D]``); no parameters (the original also fine-tunes the LLM with
 LoRA, which is a training choice, not part of this module).
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``prumerge[_k{K}]``, ``prumerge_plus[_k{K}]``:
+PruMerge then ``mlp2x_gelu``, keys ``0.*``/``2.*`` as ``mlp2x_gelu``'s; it reads the q/k projections of the layer
+after the select layer), cost, view and :data:`PLUGIN`.
 """
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import torch
 import torch.nn as nn
 
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    Setting,
+    ViewInputs,
+)
+
 from ._common import check_count, check_tokens
+from ._plugin import (
+    CompressThenProject,
+    Resolved,
+    check_patch_features,
+    check_selection_budget,
+    cost_budget,
+    name_count,
+    projector_part,
+    scale_parts,
+    view_of,
+)
 
 __all__ = [
-    "PruMerge", "importance_scores", "projection_scores", "single_head_attention_received", "single_head_cls_attention",
-    "iqr_outliers", "merge_tokens", "uniform_positions",
+    "NAME", "PLUGIN", "PLUS_NAME", "PruMerge", "importance_scores", "projection_scores", "prumerge_flops",
+    "single_head_attention_received", "single_head_cls_attention", "iqr_outliers", "merge_tokens", "uniform_positions",
 ]
 
 
@@ -216,3 +247,134 @@ class PruMerge(nn.Module):
             merge_tokens(features[i : i + 1], keys[i : i + 1], scores[i : i + 1], idx.unsqueeze(0), self.neighbours, self.extra_token)[0]
             for i, idx in enumerate(kept)
         ]
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+ScoreSource = Literal["tower", "cls_row", "full_matrix"]
+
+
+def prumerge_flops(
+    dim: int, tokens: int, kept: int, *, key_dim: int | None = None, extra_token: bool = True,
+    score_source: ScoreSource = "tower", batch: int = 1,
+) -> dict[str, int]:
+    """:class:`PruMerge` keeping ``kept`` tokens of ``tokens`` = N.
+
+    ``key_similarity`` ``2·M·N·Dk`` (kept keys against all keys), ``merge`` ``2·M·N·D`` (the sparse kNN
+    weights applied as one dense product), ``add`` ``M·D`` (centre + merged), ``extra_token`` ``2·N·D`` and its
+    ``scale`` mask ``N``. ``score_source``: ``tower`` (the tower's attention probabilities are reused: 0),
+    ``cls_row`` (:func:`single_head_cls_attention`: ``2·T·Dk``) or ``full_matrix`` (the repository's ``T x T``
+    product ``2·T²·Dk``), with ``T = N + 1``.
+    """
+    dk = dim if key_dim is None else key_dim
+    t = tokens + 1
+    scores = {"tower": 0, "cls_row": 2 * t * dk, "full_matrix": 2 * t * t * dk}
+    if score_source not in scores:
+        raise ValueError(f"unknown PruMerge score source {score_source!r}; expected one of {sorted(scores)}")
+    parts = {"scores": scores[score_source], "key_similarity": 2 * kept * tokens * dk, "merge": 2 * kept * tokens * dim, "add": kept * dim}
+    if extra_token:
+        parts.update(extra_token=2 * tokens * dim, scale=tokens)
+    return scale_parts(parts, batch)
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+NAME = NameForm("prumerge[_k{K}]")
+PLUS_NAME = NameForm("prumerge_plus[_k{K}]")
+
+
+def _scores_and_keys(projector: Any, features: torch.Tensor, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([B, N] scores, keys)``: the release's single full-width product of the q/k projections of the layer the plugin
+    asked for (:func:`projection_scores`), and that layer's keys."""
+    if inputs.queries is None or inputs.keys is None:
+        raise ValueError("PruMerge scores patches with the tower's query and key projections, but CompressorInputs has none; call it through encode_images")
+    return projection_scores(inputs.queries, inputs.keys, inputs.has_cls_token), inputs.keys
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    name = context.projector_type
+    check_patch_features(context)
+    budget = name_count(context.match)
+    settings = Resolved(context)
+    neighbours = int(settings.get("mm_prumerge_neighbours", 32))
+    extra = bool(settings.get("mm_prumerge_extra_token", True))
+    if budget is not None:
+        if budget - int(extra) < 1:
+            raise ValueError(f"mm_projector_type {name!r} keeps {budget} token(s), but PruMerge with its extra token needs at least 2")
+        if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
+            grid = context.tower.grid
+            check_selection_budget(budget, grid, name, grid[0] * grid[1] + int(extra), least=1 + int(extra))
+    module = PruMerge(context.mm_hidden, budget, plus=PLUS_NAME.parse(name) is not None, neighbours=neighbours, extra_token=extra)
+    return BuiltProjector(CompressThenProject(module, context.mm_hidden, context.hidden, read=_scores_and_keys), settings.keys)
+
+
+def _is_adaptive(config: Any) -> bool:
+    """PruMerge without ``_k<K>`` keeps the IQR outliers: how many depends on the image."""
+    name = str(config.mm_projector_type)
+    for form in (NAME, PLUS_NAME):
+        values = form.parse(name)
+        if values is not None:
+            return "K" not in values
+    return False
+
+
+#: What the score part counts, by ``score_source``.
+_SCORE_NOTES = {
+    "cls_row": "CLS row of the next layer's full-width q·Kᵀ",
+    "full_matrix": "the release's full T x T score matrix",
+    "tower": "scores reused from the tower (not counted)",
+}
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """K − 1 kept tokens merged by key similarity plus the extra token, then ``mlp2x_gelu`` on K. The score is the CLS
+    row of the next encoder layer's single full-width product, as the model path computes it (``2·T·D``); the
+    ``repository`` variant counts the release's whole ``T x T`` product."""
+    name, budget = context.projector_type, name_count(context.match)
+    if budget is None:
+        raise ValueError(
+            f"{name!r} keeps an input-dependent number of tokens (adaptive selection), so it has no fixed cost; cost {name}_k<K> instead"
+        )
+    budget = cost_budget("prumerge", budget, setting)
+    source = "full_matrix" if setting.variant == "repository" else "cls_row"
+    module = prumerge_flops(setting.mm_hidden, setting.tokens, budget - 1, score_source=source)
+    return ModuleCost(name, budget, "pre", module, projector_part(budget, setting), _SCORE_NOTES[source])
+
+
+def _view(projector: Any, inputs: ViewInputs) -> Any:
+    """Kept positions (``details["kept"]``, row-major, in output order) from the tower's attention for ``inputs.pixels``;
+    each kept token also absorbs its key-similar neighbours, which the picture does not show."""
+    from llava.serve.panels import kept_positions_picture
+
+    module = projector.compressor
+    model = inputs.model
+    tower = model.get_vision_tower()
+    out = tower.encode(inputs.pixels, attention_layer=int(getattr(model.config, "mm_vision_select_layer", -2)))
+    scores = importance_scores(out.attention.float(), out.features.shape[1])
+    kept = module.select(scores)[0].tolist()  # one image; adaptive mode gives a list, fixed-K a [1, M] tensor
+    mode = "IQR outliers" if module.budget is None else f"top {module.kept_tokens} by CLS attention"
+    help_text = ("Bright patches are the tokens PruMerge keeps (" + mode + "); each also absorbs its most key-similar "
+                 "tokens weighted by their attention" + (", and one extra token sums the pruned ones." if module.extra_token else "."))
+    picture = kept_positions_picture(f"kept {len(kept)} of {inputs.tokens_uncompressed}", inputs.image, inputs.grid, kept)
+    return view_of(inputs, [picture], help_text, kept=kept)
+
+
+PLUGIN = CompressorPlugin(
+    name="prumerge",
+    projectors=(
+        ProjectorType.named(NAME, _factory, "PruMerge: CLS-attention top-K (or IQR outliers without _k) merged by key similarity, then mlp2x_gelu",
+                            examples=("prumerge_k4", "prumerge")),
+        ProjectorType.named(PLUS_NAME, _factory, "PruMerge+: PruMerge plus spatially uniform samples, then mlp2x_gelu",
+                            examples=("prumerge_plus_k9", "prumerge_plus")),
+    ),
+    settings=(
+        Setting("mm_prumerge_neighbours", int, "k, tokens each kept token absorbs by key similarity", default=32, minimum=1),
+        Setting("mm_prumerge_extra_token", bool, "append the attention-weighted sum of the pruned tokens (counts in K)", default=True),
+    ),
+    key_prefixes=("mm_prumerge_",),
+    needs=ModelNeeds(attention=1),  # the layer after the select layer reads its features (the release's layer 23)
+    boundary=PruMerge.boundary,
+    view=_view,
+    cost=CostModel(module_flops=_cost, variants={"repository": _SCORE_NOTES["full_matrix"]}),
+    tokens_depend_on_image=_is_adaptive,
+)

@@ -19,18 +19,54 @@ Budget rule: ``K = (G/s)²`` with ``s`` dividing ``G`` (:func:`region_scale`): o
 (the paper omits QueCC at 25 tokens for this reason). The grid is fixed at construction (the conv kernel is).
 
 Boundary: pre-projector. Trainable: text projection, query/key/value MLPs, the depthwise conv, the attention.
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``quecc_k{K}``: QueCC, keys ``compressor.*``,
+then ``mlp2x_gelu``, ``0.*``/``2.*``; it reads the multi-level tower layers it resolves and each sample's question,
+run through the LLM here), cost, view and :data:`PLUGIN`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
 
-from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_index, region_scale, region_tokens
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    LMDims,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    Setting,
+    linear_flops,
+    llm_prefill_flops,
+)
 
-__all__ = ["QueCC", "last_token_state"]
+from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_index, region_scale, region_tokens
+from ._plugin import (
+    LAYERS_HELP,
+    CompressThenProject,
+    Resolved,
+    attention_flops,
+    cost_budget,
+    mlp2_flops,
+    name_count,
+    projector_part,
+    regional,
+    regions_view,
+    scale_parts,
+    square_grid_of,
+    square_types,
+)
+
+__all__ = ["NAME", "PLUGIN", "QueCC", "QueCCCompressor", "last_token_state", "quecc_flops", "quecc_text_pass_flops", "quecc_text_states"]
 
 
 def _mlp(d_in: int, d: int) -> nn.Sequential:
@@ -118,3 +154,115 @@ class QueCC(nn.Module):
         kv_k = region_tokens(self.k_mlp(multi), self.grid_side, self.scale)  # [B, K, s², D]
         kv_v = region_tokens(self.v_mlp(multi), self.grid_side, self.scale)
         return self.attn(q, kv_k, kv_v).squeeze(2)
+
+
+class QueCCCompressor(QueCC):
+    """:class:`QueCC` that treats a missing prompt (zero-width states) as a zero text vector."""
+
+    def forward(self, features, levels, text_states, text_mask=None):  # noqa: D102 - see QueCC.forward
+        if text_states.dim() == 2 and text_states.shape[1] == 0:
+            text_states = features.new_zeros(features.shape[0], self.text_dim)
+        return super().forward(features, levels, text_states, text_mask)
+
+
+def quecc_text_states(inputs: Any, features: torch.Tensor) -> torch.Tensor:
+    """``[B, d_text]``: the LLM's last-layer state at the last token of each image's question.
+
+    The question (``CompressorInputs.prompt`` for a plugin that asked for ``text="question"``) is the first user
+    turn without image markers, tokenized on its own with the tokenizer's special tokens (LLaMA: BOS), as the
+    release re-tokenizes it. Each runs on its own (``[1, L_i, hidden]``, no padding), so an image's tokens never
+    depend on the batch. The pass carries no gradient into the LLM (the text projection after it trains).
+    Without text (``encode_images`` called on its own, e.g. the demo's token count) the state is zero, and so is
+    an image's whose question has no token at all (stage 1's ``plain`` samples have no question; on a tokenizer
+    that adds no BOS, e.g. Qwen2's, that leaves nothing to run).
+    """
+    width = int(features.shape[0])
+    prompts = inputs.prompt
+    if prompts is None or inputs.run_language_model is None:
+        return features.new_zeros(width, 0)
+    states = []
+    with torch.no_grad():
+        for embeds in prompts:
+            if embeds.shape[0] == 0:  # no question: stage-1 'plain' samples keep only the image (no BOS in Qwen2)
+                states.append(embeds.new_zeros(embeds.shape[-1]))
+                continue
+            states.append(inputs.run_language_model(embeds.unsqueeze(0))[0, -1])
+    return torch.stack(states).to(device=features.device, dtype=features.dtype)
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+
+def quecc_flops(
+    dim: int, grid_side: int, budget: int, text_dim: int, *, level_dim: int | None = None, count_attention: bool = False, batch: int = 1
+) -> dict[str, int]:
+    """:class:`QueCC` without the prompt pass (see :func:`quecc_text_pass_flops`).
+
+    Text projection ``2·d_text·D``, its ``add`` to the N features, the query MLP on N tokens, the depthwise
+    conv ``2·K·D·s²``, key/value MLPs on the multi-level features, attention over ``s²`` keys per query.
+    """
+    n, s = grid_side**2, region_scale(budget, grid_side, "QueCC")
+    width = 4 * dim if level_dim is None else level_dim
+    parts = {
+        "text_projection": linear_flops(1, text_dim, dim),
+        "add": n * dim,
+        "q_mlp": mlp2_flops(n, dim, dim),
+        "q_downsample": 2 * budget * dim * s * s,
+        "k_mlp": mlp2_flops(n, width, dim),
+        "v_mlp": mlp2_flops(n, width, dim),
+    }
+    parts.update(attention_flops(budget, n, dim, count_attention, kv_per_query=s * s))
+    return scale_parts(parts, batch)
+
+
+def quecc_text_pass_flops(lm: LMDims, prompt_tokens: int, *, lm_head: str = "all", batch: int = 1) -> dict[str, int]:
+    """QueCC's extra pass of the prompt through the LLM (the repository runs the causal-LM forward: logits at
+    every position, ``lm_head="all"``)."""
+    return scale_parts(llm_prefill_flops(lm, prompt_tokens, lm_head=lm_head), batch)
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+NAME = NameForm("quecc_k{K}")
+
+
+def _levels_and_text(projector: Any, features: torch.Tensor, inputs: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
+    return [inputs.layers[index] for index in projector.layers], quecc_text_states(inputs, features)
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    budget, settings = name_count(context.match), Resolved(context)
+    side, layers = regional(context, budget, "QueCC", settings)
+    heads = int(settings.get("mm_quecc_heads", 8))
+    dim = context.mm_hidden
+    module = QueCCCompressor(dim, budget, side, context.hidden, level_dim=len(layers) * dim, heads=heads)
+    needs = ModelNeeds(tower_layers=layers, text="question", square_grid=True)
+    return BuiltProjector(CompressThenProject(module, dim, context.hidden, read=_levels_and_text, layers=layers), settings.keys, needs)
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """The module plus its extra question pass through the LLM (``setting.prompt_tokens`` tokens, logits at every
+    position as the repository's ``forward`` computes them), then ``mlp2x_gelu`` on K."""
+    budget = cost_budget("quecc", name_count(context.match), setting)
+    side = square_grid_of(setting, "quecc")
+    module: dict[str, Any] = dict(quecc_flops(setting.mm_hidden, side, budget, setting.lm.hidden, count_attention=setting.count_attention))
+    module["prompt_pass"] = quecc_text_pass_flops(setting.lm, setting.prompt_tokens)
+    return ModuleCost(context.projector_type, budget, "pre", module, projector_part(budget, setting),
+                      f"prompt pass over {setting.prompt_tokens} question tokens included")
+
+
+
+PLUGIN = CompressorPlugin(
+    name="quecc",
+    projectors=(ProjectorType.named(NAME, _factory, "QueCC: prompt-conditioned regional queries (K = (G/s)^2), then mlp2x_gelu",
+                                    examples=("quecc_k4",)),),
+    settings=(
+        Setting("mm_quecc_layers", str, LAYERS_HELP),
+        Setting("mm_quecc_heads", int, "attention heads", default=8, minimum=1),
+    ),
+    key_prefixes=("mm_quecc_",),
+    needs=ModelNeeds(text="question", square_grid=True),  # and the tower layers it resolves (the factory's)
+    boundary=QueCC.boundary,
+    view=regions_view,
+    cost=CostModel(module_flops=_cost, types_at_budget=square_types(NAME, "quecc")),
+)

@@ -18,19 +18,50 @@ K ∈ {1, 4, 9, 16, 36, 64, 144, 576} (s = 12/8/6 for 4/9/16); **K = 25 is refus
 
 Boundary: post-projector (the module ends in the LLM's width: ``[B, G², D] → [B, K, d_llm]``).
 Trainable: everything above (37 M for D = 1024, d_llm = 4096).
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``tokenpacker_k{K}``: it replaces the
+projector and reads the multi-level tower layers it resolves), cost, view and :data:`PLUGIN`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_index, region_scale, region_tokens
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    Setting,
+    linear_flops,
+)
 
-__all__ = ["TokenPacker"]
+from ._common import CrossAttention, check_count, check_tokens, concat_levels, region_index, region_scale, region_tokens
+from ._plugin import (
+    LAYERS_HELP,
+    Resolved,
+    attention_flops,
+    cost_budget,
+    mlp2_flops,
+    name_count,
+    regional,
+    regions_view,
+    scale_parts,
+    square_grid_of,
+    square_types,
+)
+
+__all__ = ["NAME", "PLUGIN", "TokenPacker", "TokenPackerProjector", "tokenpacker_flops"]
 
 
 def _kv_mlp(d_in: int, d: int) -> nn.Sequential:
@@ -96,3 +127,72 @@ class TokenPacker(nn.Module):
         k = region_tokens(self.ln_k(self.k_proj(multi)), self.grid_side, self.scale)  # [B, K, s², D]
         v = region_tokens(self.ln_v(self.v_proj(multi)), self.grid_side, self.scale)
         return self.mlp(self.attn(q, k, v).squeeze(2))
+
+
+class TokenPackerProjector(TokenPacker):
+    """:class:`TokenPacker` called as ``projector(features, inputs)``: its levels are the tower layers it asked for."""
+
+    def __init__(self, *args: Any, layers: tuple[int, ...], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.layers = tuple(layers)
+
+    def forward(self, features: torch.Tensor, inputs: Any = None) -> torch.Tensor:  # noqa: D102
+        if inputs is None:
+            raise ValueError("TokenPacker needs the tower's multi-level features; call it through encode_images")
+        return super().forward(features, [inputs.layers[index] for index in self.layers])
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+
+def tokenpacker_flops(
+    dim: int, out_dim: int, grid_side: int, budget: int, *, level_dim: int | None = None, count_attention: bool = False, batch: int = 1
+) -> dict[str, int]:
+    """:class:`TokenPacker` including its MLP (it ends in d_llm). Bilinear downsampling is not counted."""
+    n, s = grid_side**2, region_scale(budget, grid_side, "TokenPacker")
+    width = 4 * dim if level_dim is None else level_dim
+    parts = {"q_proj": linear_flops(budget, dim, dim), "k_mlp": mlp2_flops(n, width, dim), "v_mlp": mlp2_flops(n, width, dim)}
+    parts.update(attention_flops(budget, n, dim, count_attention, kv_per_query=s * s))
+    parts["mlp"] = linear_flops(budget, dim, out_dim) + linear_flops(budget, out_dim, out_dim)
+    return scale_parts(parts, batch)
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+NAME = NameForm("tokenpacker_k{K}")
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    budget, settings = name_count(context.match), Resolved(context)
+    side, layers = regional(context, budget, "TokenPacker", settings)
+    dim = context.mm_hidden
+    heads = int(settings.get("mm_tokenpacker_heads", max(dim // 128, 1)))
+    module = TokenPackerProjector(dim, context.hidden, budget, side, level_dim=len(layers) * dim, heads=heads, layers=layers)
+    return BuiltProjector(module, settings.keys, ModelNeeds(tower_layers=layers, square_grid=True))
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """The packer's attention and key/value MLPs (the module), its own two-layer MLP (the projector part)."""
+    budget = cost_budget("tokenpacker", name_count(context.match), setting)
+    side = square_grid_of(setting, "tokenpacker")
+    parts = dict(tokenpacker_flops(setting.mm_hidden, setting.lm.hidden, side, budget, count_attention=setting.count_attention))
+    own_mlp = {"mlp": parts.pop("mlp")}
+    return ModuleCost(context.projector_type, budget, "post", parts, own_mlp, "its own MLP is the projector part")
+
+
+
+PLUGIN = CompressorPlugin(
+    name="tokenpacker",
+    projectors=(ProjectorType.named(NAME, _factory, "TokenPacker: point-to-region queries over multi-level features (K = (G/s)^2), then its MLP",
+                                    examples=("tokenpacker_k9",)),),
+    settings=(
+        Setting("mm_tokenpacker_layers", str, LAYERS_HELP),
+        Setting("mm_tokenpacker_heads", int, "attention heads (default: D // 128)", minimum=1),
+    ),
+    key_prefixes=("mm_tokenpacker_",),
+    needs=ModelNeeds(square_grid=True),  # and the tower layers it resolves (the factory's)
+    boundary=TokenPacker.boundary,
+    view=regions_view,
+    cost=CostModel(module_flops=_cost, types_at_budget=square_types(NAME, "tokenpacker")),
+    video_showcase=(NAME.format(K=16),),
+)

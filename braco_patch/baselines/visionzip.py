@@ -26,16 +26,50 @@ Towers without a CLS token (SigLIP; not in the release): the dominant tokens are
 patch receives, averaged over queries and summed over heads, and all ``dominant`` of them are patches.
 
 Boundary: pre-projector (``[B, N, D] → [B, K, D]``); no parameters.
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``visionzip_k{K}``: the selection, then
+``mlp2x_gelu``, whose weights ``0.*``/``2.*`` load unchanged, so any ``mlp2x_gelu`` checkpoint runs it training-free),
+cost, view and :data:`PLUGIN`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 import torch.nn as nn
 
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    Setting,
+    ViewInputs,
+)
+
 from ._common import check_count, check_tokens, per_head_importance
+from ._plugin import (
+    SCORES_NOTE,
+    CompressThenProject,
+    Resolved,
+    check_patch_features,
+    check_selection_budget,
+    name_count,
+    projector_part,
+    select_layer_attention,
+    view_of,
+)
 
 __all__ = [
+    "NAME",
+    "PLUGIN",
     "VisionZip",
     "attention_scores",
     "contextual_assignment",
@@ -236,3 +270,87 @@ def visionzip_flops(
         "add": c * dim,
     }
     return {key: value * batch for key, value in parts.items()}
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+NAME = NameForm("visionzip_k{K}")
+#: The tower heads that size the head-mean keys in the cost count (16 on CLIP-L/14 and SigLIP-so400m).
+COST_HEADS = 16
+
+
+def _split(context: BuildContext, has_cls: bool) -> tuple[int, int | None]:
+    """``(K, C)`` of a type and its config (``C`` ``None`` when unset: :func:`default_contextual`), refused in one
+    sentence when K cannot hold a dominant and a contextual token or C leaves no dominant one."""
+    budget = name_count(context.match)
+    if budget < 2:
+        raise ValueError(f"mm_projector_type {context.projector_type!r} keeps {budget} token, but VisionZip needs at least 2 "
+                         "(a dominant and a contextual one)")
+    stored = context.setting("mm_visionzip_contextual")
+    if stored is not None and int(stored) >= budget:
+        raise ValueError(
+            f"mm_projector_type {context.projector_type!r} keeps {budget} tokens, so mm_visionzip_contextual must be below {budget} "
+            f"(the rest are the dominant tokens), got {stored}"
+        )
+    if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
+        grid = context.tower.grid
+        check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1] + int(has_cls), least=2)
+    return budget, None if stored is None else int(stored)
+
+
+def _read(projector: Any, features: torch.Tensor, inputs: Any) -> tuple[Any, ...]:
+    return inputs.attention, inputs.keys, inputs.cls_token
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    check_patch_features(context)
+    budget, _ = _split(context, context.tower.has_cls if context.tower is not None else True)
+    contextual = Resolved(context).get("mm_visionzip_contextual", default_contextual(budget))
+    module = VisionZip(context.mm_hidden, budget, contextual=contextual)
+    return BuiltProjector(CompressThenProject(module, context.mm_hidden, context.hidden, _read), {"mm_visionzip_contextual": contextual})
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """The selection and merge (with the one tower layer's attention the tower recomputes), then ``mlp2x_gelu`` on K."""
+    budget, contextual = _split(context, setting.tower_cls)
+    if budget > setting.tokens + int(setting.tower_cls):
+        raise ValueError(f"visionzip cannot keep {budget} of the {setting.tokens} patches of a {setting.grid[0]}x{setting.grid[1]} grid"
+                         + (" and its CLS token" if setting.tower_cls else ""))
+    module = visionzip_flops(setting.mm_hidden, setting.tokens, budget, heads=COST_HEADS, contextual=contextual, has_cls=setting.tower_cls,
+                             count_attention=setting.count_attention)
+    return ModuleCost(context.projector_type, budget, "pre", module, projector_part(budget, setting), SCORES_NOTE)
+
+
+def _view(projector: Any, inputs: ViewInputs) -> Any:
+    """Dominant patches (``details["kept"]``, grid order) and contextual groups (``details["groups"]``: per patch the
+    contextual token it went into, ``-1`` for a dominant patch)."""
+    from llava.serve.panels import kept_positions_picture, regions_picture
+
+    module = projector.compressor
+    tower, out = select_layer_attention(inputs)
+    with torch.no_grad():
+        kept, groups = visionzip_groups(module, out.attention.float(), out.keys.float(), bool(tower.has_cls_token))
+    labels = (np.asarray(groups) + 1).reshape(inputs.grid)
+    cls = " plus the CLS token" if tower.has_cls_token else ""
+    pictures = [
+        kept_positions_picture(f"{len(kept)} dominant patches{cls}", inputs.image, inputs.grid, kept),
+        regions_picture(f"{module.contextual} contextual groups", inputs.image, labels),
+    ]
+    help_text = (f"VisionZip keeps the patches the CLS token attends to most{cls} (left), then merges every other patch into one of "
+                 f"{module.contextual} evenly spaced targets by key similarity (right: one colour per contextual token; the dominant "
+                 "patches share the first colour).")
+    return view_of(inputs, pictures, help_text, f"{module.dominant} dominant + {module.contextual} contextual", kept=kept, groups=groups)
+
+
+PLUGIN = CompressorPlugin(
+    name="visionzip",
+    projectors=(ProjectorType.named(NAME, _factory, "VisionZip: CLS-attention dominant tokens (CLS kept) + key-similarity contextual merges, "
+                                    "then mlp2x_gelu", examples=("visionzip_k9",)),),
+    settings=(Setting("mm_visionzip_contextual", int, "C of the K tokens are contextual merges, the rest dominant "
+                      "(default: the paper's 10 in 64, max(1, round(K*10/64)))", minimum=1),),
+    key_prefixes=("mm_visionzip_",),
+    needs=ModelNeeds(attention=0),  # the layer that produced the select layer's features (the release's attentions[-2])
+    boundary=VisionZip.boundary,
+    view=_view,
+    cost=CostModel(module_flops=_cost),
+)

@@ -22,19 +22,50 @@ Towers without a CLS token (SigLIP; not in the release): the attention each patc
 queries and heads, ranks the important tokens.
 
 Boundary: pre-projector (``[B, N, D] → [B, K, D]``); no parameters.
+
+One file on the plugin API: the module, its FLOPs, its LLaVA factory (``vispruner_k{K}``: the selection, then
+``mlp2x_gelu``, whose weights ``0.*``/``2.*`` load unchanged, so any ``mlp2x_gelu`` checkpoint runs it training-free),
+cost, view and :data:`PLUGIN`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn as nn
 
+from llava.plugin_api import (
+    BuildContext,
+    BuiltProjector,
+    CompressorPlugin,
+    CostModel,
+    CostSetting,
+    ModelNeeds,
+    ModuleCost,
+    NameForm,
+    ProjectorType,
+    Setting,
+    ViewInputs,
+)
+
 from ._common import check_count, check_tokens, per_head_importance
+from ._plugin import (
+    SCORES_NOTE,
+    CompressThenProject,
+    Resolved,
+    check_patch_features,
+    check_selection_budget,
+    cost_budget,
+    name_count,
+    projector_part,
+    select_layer_attention,
+    view_of,
+)
 
 __all__ = [
-    "VisPruner", "cls_attention", "important_count", "remove_duplicates", "vispruner_flops", "vispruner_parts", "vispruner_select",
+    "NAME", "PLUGIN", "VisPruner", "cls_attention", "important_count", "remove_duplicates", "vispruner_flops", "vispruner_parts", "vispruner_select",
 ]
 
 #: At most this many tokens are dropped per matching round (the release's constant).
@@ -153,3 +184,67 @@ def vispruner_flops(
         matching += 2 * math.ceil(count / 2) * (count // 2) * dim
         count -= min(DROP_PER_ROUND, count - diverse)
     return {"scores": (2 * t * t * dim if count_attention else 0) * batch, "matching": matching * batch}
+
+
+# ---------------------------------------------------------------------------------------------- LLaVA
+
+NAME = NameForm("vispruner_k{K}")
+#: The release's ``--important_ratio`` default.
+IMPORTANT_RATIO = 0.5
+
+
+def _read(projector: Any, features: torch.Tensor, inputs: Any) -> tuple[Any, ...]:
+    return (inputs.attention,)
+
+
+def _factory(context: BuildContext) -> BuiltProjector:
+    budget = name_count(context.match)
+    check_patch_features(context)
+    if context.tower is not None:  # without a tower (a bare config) the forward pass checks K
+        grid = context.tower.grid
+        check_selection_budget(budget, grid, context.projector_type, grid[0] * grid[1])
+    settings = Resolved(context)
+    module = VisPruner(context.mm_hidden, budget, important_ratio=float(settings.get("mm_vispruner_important_ratio", IMPORTANT_RATIO)))
+    return BuiltProjector(CompressThenProject(module, context.mm_hidden, context.hidden, _read), settings.keys)
+
+
+def _cost(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    """The selection (with the one tower layer's attention the tower recomputes), then ``mlp2x_gelu`` on K."""
+    budget = cost_budget("vispruner", name_count(context.match), setting)
+    ratio = float(context.setting("mm_vispruner_important_ratio", IMPORTANT_RATIO))
+    module = vispruner_flops(setting.mm_hidden, setting.tokens, budget, important_ratio=ratio, has_cls=setting.tower_cls,
+                             count_attention=setting.count_attention)
+    return ModuleCost(context.projector_type, budget, "pre", module, projector_part(budget, setting), SCORES_NOTE)
+
+
+def _view(projector: Any, inputs: ViewInputs) -> Any:
+    """Important (``details["important"]``) and diverse (``details["diverse"]``) patch positions."""
+    from llava.serve.panels import kept_positions_picture
+
+    module = projector.compressor
+    _, out = select_layer_attention(inputs)
+    with torch.no_grad():
+        scores = cls_attention(out.attention.float(), out.features.shape[1])
+        important, diverse = (part[0].tolist() for part in vispruner_parts(out.features, scores, module.budget, module.important))
+    pictures = [
+        kept_positions_picture(f"{len(important)} important", inputs.image, inputs.grid, important),
+        kept_positions_picture(f"{len(diverse)} diverse", inputs.image, inputs.grid, diverse),
+    ]
+    help_text = ("VisPruner keeps the patches the CLS token attends to most (left), then thins the rest by removing the most "
+                 "similar ones in rounds of bipartite matching until the diverse patches remain (right).")
+    return view_of(inputs, pictures, help_text, f"{len(important)} important + {len(diverse)} diverse",
+                   kept=sorted(important + diverse), important=important, diverse=diverse)
+
+
+PLUGIN = CompressorPlugin(
+    name="vispruner",
+    projectors=(ProjectorType.named(NAME, _factory, "VisPruner: CLS-attention important tokens + duplicate-free diverse tokens, then mlp2x_gelu",
+                                    examples=("vispruner_k9",)),),
+    settings=(Setting("mm_vispruner_important_ratio", float, "r, the share of K chosen by attention (the release's --important_ratio)",
+                      default=IMPORTANT_RATIO, minimum=0.0, maximum=1.0),),
+    key_prefixes=("mm_vispruner_",),
+    needs=ModelNeeds(attention=0),  # attentions[select_layer], as the release reads them
+    boundary=VisPruner.boundary,
+    view=_view,
+    cost=CostModel(module_flops=_cost),
+)

@@ -1,82 +1,84 @@
-"""``braco cost`` tables over projector types: the paper's compressor-cost table and any registered type.
+"""``braco cost`` tables over methods and projector types, every row asked of its plugin's cost model.
 
-- :func:`compressors_table`: ``tab:main_compressor_cost`` (K = 16 on LLaVA-1.5-7B) recomputed method by method
-  (Braco through its own config, each baseline through :func:`braco_patch.baselines.module_flops.baseline_module_flops`), with the
-  paper's figure and our deviation at the paper's boundary;
-- :func:`types_table`: any projector type (asked of its plugin, :func:`llava.cost.module.module_cost`): K, boundary,
-  pre- and post-projector FLOPs and the full prefill;
-- :func:`expand_types`: ``all`` → every plugin's types at the given budgets (each plugin's ``CostModel.types_at_budget``).
+- :func:`compressors_table`: ``tab:main_compressor_cost`` (K = 16 on LLaVA-1.5-7B) recomputed method by method: each
+  registered method's type at the budget (its plugin's ``types_at_budget``), costed by its plugin
+  (:func:`llava.cost.module.module_cost`), once per accounting it offers (its own, then its cost model's
+  ``variants``), with the paper's figure and our deviation at the paper's boundary;
+- :func:`types_table`: any projector type (asked of its plugin): K, boundary, pre- and post-projector FLOPs and the
+  full prefill.
+
+``all`` is expanded by :func:`llava.cost.module.expand_types`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from llava.cost.flops import projector_flops
-from llava.cost.module import CostSetting, ModuleCost, module_cost, types_at_budget
+from llava.cost.module import CostSetting, module_cost
 from llava.cost.pipeline import Accounting, projector_pipeline_flops
 from llava.cost.presets import PipelineSpec
 from llava.cost.video import Video
 
-from ..baselines.module_flops import MODULE_FLOPS, baseline_module_flops
-from ..config import BracoConfig
 from . import paper
-from .coder_flops import compressor_flops
 
-__all__ = ["compressors_table", "format_compressors", "expand_types", "types_table", "format_types"]
+__all__ = ["compressors_table", "format_compressors", "paper_setting_flops", "types_table", "format_types"]
 
 logger = logging.getLogger(__name__)
 
-#: Options of the paper-setting rows that differ from our module's own count (see docs/BENCHMARKS.md).
-PAPER_VARIANTS: dict[str, dict[str, Any]] = {"prumerge": {"score_source": "full_matrix"}}
 
-
-def _braco_cost(budget: int, setting: CostSetting) -> ModuleCost:
-    alloc = BracoConfig.from_budget(budget)
-    return ModuleCost(
-        f"braco ({alloc.name})", budget, "pre", compressor_flops(alloc, setting.mm_hidden, setting.grid, setting.computation),
-        projector_flops(budget, setting.mm_hidden, setting.lm.hidden, setting.projector_depth),
-    )
-
-
-def _method_cost(method: str, budget: int, setting: CostSetting, variant: dict[str, Any]) -> ModuleCost:
-    if method == "braco":
-        return _braco_cost(budget, setting)
-    return baseline_module_flops(method, budget, setting, **variant)
+def _method_rows(plugin: Any, budget: int, setting: CostSetting, refs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of one method: each accounting it offers, at the paper's boundaries (or its own)."""
+    try:
+        projector_type = plugin.budget_types(budget)[0]
+    except (ValueError, IndexError) as exc:  # a budget the method never gives
+        return [{"method": plugin.name, "accounting": "ours", "left_out": str(exc) or f"no type at {budget} tokens"}]
+    rows = []
+    for label, variant in [("ours", None), *((name, name) for name in plugin.cost.variants)]:
+        try:
+            cost = module_cost(projector_type, dataclasses.replace(setting, variant=variant))
+        except ValueError as exc:  # a budget the method cannot give on this grid (QueCC/TokenPacker at 25)
+            rows.append({"method": plugin.name, "accounting": label, "left_out": str(exc)})
+            continue
+        keys = [k for k in refs if k.split("@")[0] == plugin.name] or [None]
+        for key in keys:
+            boundary = refs[key][0] if key else cost.boundary
+            ref = refs[key][3] if key else None
+            got = (cost.pre if boundary == "pre" else cost.post) / 1e9
+            rows.append({
+                "method": plugin.name, "accounting": label, "type": cost.projector_type, "tokens": cost.tokens,
+                "boundary": boundary, "pre": cost.pre, "post": cost.post, "at_boundary": got * 1e9,
+                "paper_gflops": ref, "deviation": None if ref is None else got / ref - 1,
+                "paper_latency_ms": refs[key][2] if key else None, "paper_memory_mb": refs[key][4] if key else None,
+                "note": cost.note,
+            })
+    return rows
 
 
 def compressors_table(setting: CostSetting, budget: int = 16) -> list[dict[str, Any]]:
-    """One row per method of ``tab:main_compressor_cost`` (plus every baseline the paper's table leaves out).
+    """One row per registered method (and per further accounting its cost model offers), as ``tab:main_compressor_cost``.
 
-    Each row: our pre/post FLOPs (our module's count, and, where the paper evidently counted differently, the
-    paper's accounting as a second row), the paper's GFLOPs at its boundary (K = 16 only) and the deviation. A
+    Each row: our pre/post FLOPs (the method's own count, and, where its cost model offers another accounting such as
+    the release's, that one as a second row), the paper's GFLOPs at its boundary (K = 16 only) and the deviation. A
     method that cannot give ``budget`` on the grid gets a row ``{"method", "accounting", "left_out": reason}``.
     """
+    from llava.model.multimodal_projector.registry import list_plugins
+
     refs = paper.COMPRESSOR_COST_K16 if budget == 16 else {}
-    methods = ["braco", *MODULE_FLOPS]
-    rows = []
-    for method in methods:
-        variants = [("ours", {})] + ([("repository", PAPER_VARIANTS[method])] if method in PAPER_VARIANTS else [])
-        for label, variant in variants:
-            try:
-                cost = _method_cost(method, budget, setting, variant)
-            except ValueError as exc:  # a budget the method cannot give on this grid (QueCC/TokenPacker at 25)
-                rows.append({"method": method, "accounting": label, "left_out": str(exc)})
-                continue
-            keys = [k for k in refs if k.split("@")[0] == method] or [None]
-            for key in keys:
-                boundary = refs[key][0] if key else cost.boundary
-                ref = refs[key][3] if key else None
-                got = (cost.pre if boundary == "pre" else cost.post) / 1e9
-                rows.append({
-                    "method": method, "accounting": label, "type": cost.projector_type, "tokens": cost.tokens,
-                    "boundary": boundary, "pre": cost.pre, "post": cost.post, "at_boundary": got * 1e9,
-                    "paper_gflops": ref, "deviation": None if ref is None else got / ref - 1,
-                    "paper_latency_ms": refs[key][2] if key else None, "paper_memory_mb": refs[key][4] if key else None,
-                    "note": cost.note,
-                })
-    return rows
+    methods = [plugin for plugin in list_plugins() if plugin.takes_budget and plugin.cost is not None and plugin.cost.module_flops]
+    return [row for plugin in methods for row in _method_rows(plugin, budget, setting, refs)]
+
+
+def paper_setting_flops(budget: int = 16, *, prompt_tokens: int = 7, count_attention: bool = False) -> dict[str, int]:
+    """Each method's figure in ``tab:main_compressor_cost``'s setting (LLaVA-1.5-7B: D = 1024 on 24 x 24, Vicuna-7B,
+    ``prompt_tokens`` question tokens), in FLOPs: :func:`compressors_table`'s row at the paper's boundary, under the
+    last accounting the method's cost model offers (the release's, where it has one: PruMerge's full score matrix)."""
+    from llava.cost.pipeline import cost_setting
+    from llava.cost.presets import get_preset
+
+    setting = cost_setting(get_preset("llava-v1.5-7b"), question_tokens=prompt_tokens, count_attention=count_attention)
+    return {row["method"]: int(row["at_boundary"]) for row in compressors_table(setting, budget) if "left_out" not in row}
 
 
 def format_compressors(rows: Sequence[dict[str, Any]], setting: CostSetting, budget: int) -> str:
@@ -98,35 +100,6 @@ def format_compressors(rows: Sequence[dict[str, Any]], setting: CostSetting, bud
         )
     lines.append("    pre = the module; post = module + the mlp2x_gelu it feeds or follows; gaps explained in docs/BENCHMARKS.md")
     return "\n".join(lines)
-
-
-def expand_types(names: Iterable[str], budgets: Sequence[int], setting: CostSetting | None = None) -> list[str]:
-    """``names`` with ``all`` replaced by every plugin's projector types at each of ``budgets``.
-
-    Plugins that refuse a budget (or declare no types per budget) are logged and left out; with
-    ``setting``, so are the types ``all`` gives that cannot run on its grid (their ``module_flops`` refuses).
-    """
-    out: list[str] = []
-    for name in names:
-        if name != "all":
-            out.append(name)
-            continue
-        for budget in budgets:
-            for plugin, types in types_at_budget(budget).items():
-                if isinstance(types, str):
-                    logger.info("budget %d: %s left out (%s)", budget, plugin, types)
-                    continue
-                out.extend(t for t in types if setting is None or _fits(t, setting))
-    return list(dict.fromkeys(out))
-
-
-def _fits(projector_type: str, setting: CostSetting) -> bool:
-    try:
-        module_cost(projector_type, setting)
-    except ValueError as exc:
-        logger.info("%s left out: %s", projector_type, exc)
-        return False
-    return True
 
 
 def types_table(

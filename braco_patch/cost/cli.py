@@ -10,7 +10,8 @@
 
 Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1), (b) the compressor per
 paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
-every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`llava.cost.module`); with ``--measure``,
+every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`llava.cost.module`; ``all`` = every
+registered method's types at ``--budgets``, refused in one sentence when no method plugin is registered); with ``--measure``,
 (d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
 ``--frames T`` makes tables (a) and (g) one video's prefill: T frames through the tower, compressor and projector,
 the LLM over their tokens (:mod:`llava.cost.video`). ``--table compressors`` prints (f) instead: the paper's
@@ -146,8 +147,9 @@ def _types(args: argparse.Namespace, spec: PipelineSpec | None = None) -> list[s
     the types ``all`` gives that do not fit its grid are left out."""
     if not args.projector:
         return []
+    from llava.cost.module import expand_types
+
     from ..config import NAME_PATTERN, PROJECTOR_PREFIX
-    from .by_type import expand_types
 
     # a bare Braco allocation (c3s7, k16) is the projector type braco_c3s7 / braco_k16
     names = [f"{PROJECTOR_PREFIX}{name}" if NAME_PATTERN.fullmatch(name) else name for name in args.projector]

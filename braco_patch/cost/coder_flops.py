@@ -1,24 +1,25 @@
-"""Braco's compressor FLOPs per paper step, in llava's FLOP convention (:mod:`llava.cost.flops`).
+"""Braco's compressor FLOPs per paper step, in llava's FLOP convention (:mod:`llava.cost.flops`; the counting
+primitives are the plugin API's).
 
 Two computations of the same coder output: ``official`` (braco-official §1: the full two-sided DCT of the
 lattice and the embedding at every lattice position, the paper's stage table) and ``ours``
 (:class:`~braco_patch.coder.BracoCoder`: only the retained rows, the embedding cached in eval).
-:func:`braco_module_cost` is the Braco plugin's ``CostModel.module_flops``. Elementwise parts (embedding gate and
+The Braco plugin's cost model (:func:`braco_patch.llava_plugin.braco_module_cost`) and ``braco cost``'s own tables
+count with these. Elementwise parts (embedding gate and
 add, prior, sparsemax support test, residual scale) are counted, as the paper's stage table counts them:
 step 2 = 37.749 (projection) + 0.590 (gate) + 0.590 (add) = 38.928 MFLOP.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from llava.cost.flops import linear_flops, projector_flops
-from llava.cost.module import CostSetting, ModuleCost
+from llava.plugin_api import linear_flops
 
 from ..config import BracoConfig
 from ..embedding import feature_width
 
-__all__ = ["braco_module_cost", "check_allocation", "compressor_flops", "official_compressor_flops", "ours_compressor_flops"]
+__all__ = ["check_allocation", "compressor_flops", "official_compressor_flops", "ours_compressor_flops"]
 
 
 def _residual_step(cfg: BracoConfig, dim: int, grid: tuple[int, int], batch: int) -> dict[str, int]:
@@ -129,18 +130,3 @@ def check_allocation(cfg: BracoConfig, grid: tuple[int, int], label: str) -> Non
             f"{label} outputs {cfg.output_tokens} tokens but the {grid[0]}x{grid[1]} grid has only {tokens}; "
             f"with C={cfg.cutoff}, S must be at most {tokens - cfg.backbone_tokens}"
         )
-
-
-def braco_module_cost(config: Any, setting: CostSetting) -> ModuleCost:
-    """The Braco plugin's module cost: the coder per paper step (``setting.computation``), then ``mlp{N}x_gelu`` on K."""
-    from ..llava_plugin import braco_config_from_model_config
-
-    projector_type = config.mm_projector_type
-    allocation = braco_config_from_model_config(config, projector_type)
-    check_allocation(allocation, setting.grid, f"projector {projector_type}")
-    k = allocation.output_tokens
-    return ModuleCost(
-        projector_type, k, "pre",
-        module=compressor_flops(allocation, setting.mm_hidden, setting.grid, setting.computation),
-        projector=projector_flops(k, setting.mm_hidden, setting.lm.hidden, setting.projector_depth),
-    )

@@ -17,15 +17,32 @@ This is the op set of ``torch.profiler(with_flops=True)`` (``mm``/``addmm``/``bm
 per multiply-add, ``add``/``mul`` at one per element); :mod:`.measure` prints the profiler's count next to these
 numbers. Every function returns an ordered ``{part: FLOPs}`` dict (a compressor's count may nest them,
 ``{step: {part: FLOPs}}``); :func:`total` sums either.
+
+The counts a plugin counts its own module with (linear layers, attention scores, an ``mlp{N}x_gelu``, an LLM
+prefill, :class:`LMDims`, :func:`total`, :func:`elementwise`) are the plugin API's (:mod:`llava.plugin_api`, the one
+module a plugin file builds on) and are re-exported here; the vision tower's, which only the engine counts, live here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from llava.plugin_api import (
+    ELEMENTWISE_PARTS,
+    LMDims,
+    LMHead,
+    attention_score_flops,
+    elementwise,
+    linear_flops,
+    llm_prefill_flops,
+    projector_flops,
+    total,
+)
 
 __all__ = [
     "CONVENTION",
+    "LMHead",
     "VisionDims",
     "LMDims",
     "linear_flops",
@@ -46,7 +63,6 @@ CONVENTION = (
     "compressor only; norms, activations, reductions, sorting not counted"
 )
 
-LMHead = Literal["all", "last"]
 VisionLayers = Literal["all", "selected"]
 
 
@@ -85,57 +101,6 @@ class VisionDims:
         return self.grid(image_size) ** 2 + int(self.cls_token)
 
 
-@dataclass(frozen=True)
-class LMDims:
-    """What the FLOPs of a decoder-only LLM (Llama, Qwen2) depend on."""
-
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> "LMDims":
-        """From a ``LlamaConfig`` or ``Qwen2Config`` (grouped-query attention via ``num_key_value_heads``)."""
-        heads = cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        return cls(
-            hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, layers=cfg.num_hidden_layers, heads=heads,
-            kv_heads=getattr(cfg, "num_key_value_heads", None) or heads, head_dim=head_dim, vocab=cfg.vocab_size,
-        )
-
-    def capped(self, layers: int | None) -> "LMDims":
-        return self if layers is None else replace(self, layers=min(layers, self.layers))
-
-
-# -- primitives --------------------------------------------------------------------------------------
-def linear_flops(tokens: int, d_in: int, d_out: int) -> int:
-    """``Linear(d_in, d_out)`` on ``tokens`` rows: ``2·T·d_in·d_out`` (bias add not counted)."""
-    return 2 * tokens * d_in * d_out
-
-
-def attention_score_flops(q_tokens: int, k_tokens: int, heads: int, head_dim: int) -> int:
-    """``QKᵀ`` and ``A·V`` over the full ``Tq x Tk`` matrix: ``2 · 2·Tq·Tk·heads·head_dim``."""
-    return 4 * q_tokens * k_tokens * heads * head_dim
-
-
-def total(costs: Mapping[str, Any]) -> int:
-    """Sum of a flat or nested ``{name: FLOPs}`` mapping."""
-    return sum(total(v) if isinstance(v, Mapping) else int(v) for v in costs.values())
-
-
-#: Compressor parts that are elementwise arithmetic (every other part is a matrix product).
-ELEMENTWISE_PARTS = frozenset({"gate", "add", "prior", "selection", "scale"})
-
-
-def elementwise(costs: Mapping[str, Any]) -> int:
-    """The elementwise share of a (nested) cost mapping; ``total(costs) - elementwise(costs)`` is matrix products."""
-    return sum(elementwise(v) if isinstance(v, Mapping) else (int(v) if k in ELEMENTWISE_PARTS else 0) for k, v in costs.items())
-
-
 # -- vision tower ------------------------------------------------------------------------------------
 def vision_layers_run(dims: VisionDims, select_layer: int, policy: VisionLayers = "all") -> int:
     """Encoder layers that run: ``all`` (an HF tower runs every layer even when LLaVA reads
@@ -166,33 +131,4 @@ def vision_tower_flops(
         "attention_proj": layers * 4 * linear_flops(tokens, d, d),
         "attention_scores": layers * attention_score_flops(tokens, tokens, dims.heads, d // dims.heads) if count_attention else 0,
         "mlp": layers * 2 * linear_flops(tokens, d, dims.intermediate),
-    }
-
-
-# -- projector and LLM -------------------------------------------------------------------------------
-def projector_flops(tokens: int, d_in: int, d_hidden: int, depth: int = 2) -> dict[str, int]:
-    """``mlp{depth}x_gelu`` on ``tokens`` tokens: ``Linear(d_in, h)`` then ``depth-1`` x ``Linear(h, h)``."""
-    out = {"linear_1": linear_flops(tokens, d_in, d_hidden)}
-    for i in range(2, depth + 1):
-        out[f"linear_{i}"] = linear_flops(tokens, d_hidden, d_hidden)
-    return out
-
-
-def llm_prefill_flops(dims: LMDims, tokens: int, *, count_attention: bool = False, lm_head: LMHead = "all") -> dict[str, int]:
-    """One prefill forward over ``tokens`` positions.
-
-    Per layer: q and o ``2·T·h·(heads·hd)``, k and v ``2·T·h·(kv_heads·hd)`` (grouped-query attention),
-    SwiGLU gate/up/down ``3·2·T·h·m``; with ``count_attention`` the scores over all query heads
-    ``4·T²·heads·hd`` (full matrix, as dense kernels compute it). ``lm_head``: logits for ``all`` positions
-    (what transformers 4.37's prefill computed, so what a profiler of that era saw) or the ``last`` one.
-    """
-    if lm_head not in ("all", "last"):
-        raise ValueError(f"unknown lm_head accounting {lm_head!r}; expected 'all' or 'last'")
-    h, q_width, kv_width = dims.hidden, dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
-    per_layer_proj = 2 * linear_flops(tokens, h, q_width) + 2 * linear_flops(tokens, h, kv_width)
-    return {
-        "attention_proj": dims.layers * per_layer_proj,
-        "attention_scores": dims.layers * attention_score_flops(tokens, tokens, dims.heads, dims.head_dim) if count_attention else 0,
-        "mlp": dims.layers * 3 * linear_flops(tokens, h, dims.intermediate),
-        "lm_head": linear_flops(tokens if lm_head == "all" else 1, h, dims.vocab),
     }

@@ -58,10 +58,11 @@ class Accounting:
 
 
 def cost_setting(spec: PipelineSpec, *, question_tokens: int = 7, count_attention: bool = False, computation: str = "official") -> CostSetting:
-    """The :class:`~.module.CostSetting` of ``spec``'s first input."""
+    """The :class:`~.module.CostSetting` of ``spec``'s first input (its tower's depth and CLS token included)."""
     return CostSetting(
         mm_hidden=spec.mm_hidden, lm=spec.lm_dims, grid=spec.grid(spec.inputs[0]), projector_depth=spec.projector_depth,
         prompt_tokens=question_tokens, count_attention=count_attention, computation=computation,
+        tower_layers=spec.vision_dims.layers, tower_cls=spec.vision_dims.cls_token,
     )
 
 
@@ -77,7 +78,7 @@ def projector_pipeline_flops(
     compressor and projector run once per frame and the LLM over the video's tokens (:mod:`.video`).
 
     Returns:
-        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "elementwise"}``.
+        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "method", "elementwise"}``.
     """
     inp = spec.inputs[0]
     setting = cost_setting(spec, question_tokens=question_tokens, count_attention=count_attention, computation=computation)
@@ -97,7 +98,7 @@ def projector_pipeline_flops(
         "projector": total(cost.projector) * units, "llm": llm,
     }
     return {
-        "visual_tokens": visual, "total": sum(parts.values()), **parts, "boundary": cost.boundary,
+        "visual_tokens": visual, "total": sum(parts.values()), **parts, "boundary": cost.boundary, "method": cost.method,
         "elementwise": elementwise(cost.module) * units,
     }
 
@@ -114,7 +115,8 @@ def checkpoint_prefill_flops(
     tokens, attention scores included, LM head on the last position only.
 
     Returns:
-        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "accounting"}``.
+        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "boundary", "accounting",
+        "projector_type", "method"}`` (the checkpoint's type and its method's one name).
 
     Raises:
         ValueError: One sentence naming the file, for a missing or unreadable ``config.json``.
@@ -138,4 +140,5 @@ def checkpoint_prefill_flops(
     )
     if video is not None:
         out["frames"] = video.frames
+    out["projector_type"] = projector_type
     return out

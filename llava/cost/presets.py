@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from llava.model.published import KNOWN_TOWERS, clip_vit_l14_336, siglip2_so400m_512, siglip_so400m_384
+
 from .flops import LMDims, VisionDims
 
 if TYPE_CHECKING:  # transformers is imported where a config is built, so that listing the presets stays light
-    from transformers import CLIPVisionConfig, LlamaConfig, Qwen2Config, SiglipVisionConfig
+    from transformers import LlamaConfig, Qwen2Config
 
 __all__ = ["InputSpec", "KNOWN_TOWERS", "NEXT_PINPOINTS_336", "NEXT_PINPOINTS_384", "PipelineSpec", "PRESETS",
            "list_presets", "get_preset", "load_spec", "load_vision_config", "projector_depth"]
@@ -126,35 +128,7 @@ class PipelineSpec:
         return chosen
 
 
-# -- built-in towers and LLMs (published dimensions) -------------------------------------------------
-def clip_vit_l14_336() -> CLIPVisionConfig:
-    """openai/clip-vit-large-patch14-336: 24 layers, d 1024, MLP 4096, 16 heads, 336 px / 14 → 577 tokens."""
-    from transformers import CLIPVisionConfig
-
-    return CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
-                            image_size=336, patch_size=14, projection_dim=768, hidden_act="quick_gelu")
-
-
-def siglip_so400m_384() -> SiglipVisionConfig:
-    """google/siglip-so400m-patch14-384: 27 layers, d 1152, MLP 4304, 16 heads, 384 px / 14 → 729 tokens.
-
-    ``vision_use_head=False``: LLaVA-style towers read hidden states and drop the pooling head.
-    """
-    from transformers import SiglipVisionConfig
-
-    return SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
-                              image_size=384, patch_size=14, hidden_act="gelu_pytorch_tanh", vision_use_head=False)
-
-
-def siglip2_so400m_512() -> SiglipVisionConfig:
-    """google/siglip2-so400m-patch16-512 (fixed resolution, stored as ``siglip``): so400m widths, 512 px / 16 → 32 x 32
-    = 1024 tokens, no CLS; ``vision_use_head=False`` as above."""
-    from transformers import SiglipVisionConfig
-
-    return SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
-                              image_size=512, patch_size=16, hidden_act="gelu_pytorch_tanh", vision_use_head=False)
-
-
+# -- built-in LLMs (published dimensions); the towers are llava.model.published's ---------------------
 def vicuna_7b() -> LlamaConfig:
     """lmsys/vicuna-7b-v1.5 (Llama-2-7B dims): 32 layers, 4096, MLP 11008, 32 heads (no GQA), vocab 32000."""
     from transformers import LlamaConfig
@@ -171,13 +145,6 @@ def qwen25_3b() -> Qwen2Config:
                        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6,
                        tie_word_embeddings=True)
 
-
-#: ``mm_vision_tower`` hub names whose published configs are built in.
-KNOWN_TOWERS: dict[str, Callable[[], Any]] = {
-    "openai/clip-vit-large-patch14-336": clip_vit_l14_336,
-    "google/siglip-so400m-patch14-384": siglip_so400m_384,
-    "google/siglip2-so400m-patch16-512": siglip2_so400m_512,
-}
 
 PRESETS: dict[str, Callable[[], PipelineSpec]] = {}
 
@@ -314,8 +281,8 @@ def projector_depth(projector_type: str | None) -> int:
         return 2
     if projector_type == "linear":
         return 1
-    from llava.model.multimodal_projector.builder import resolve_projector
     from llava.model.multimodal_projector.builtin import MLP_PATTERN
+    from llava.model.multimodal_projector.registry import resolve_projector
 
     match = re.search(MLP_PATTERN + "$", projector_type)
     if match is not None:

@@ -24,9 +24,10 @@ Cost per run, first found of:
 2. ``cost.json`` in the run's results folder, same format;
 3. ``--checkpoint NAME=DIR``: analytic FLOPs of one image's prefill from the checkpoint's ``config.json``,
    by the cost engine (:mod:`llava.cost`, which asks the projector type's own plugin), with
-   ``--prompt-tokens`` text tokens; no latency. ``--projector-type NAME=TYPE`` counts it with ``TYPE`` instead of
-   the config's type, for a run evaluated with the loaders' ``--projector-type`` (a training-free compressor on
-   that checkpoint).
+   ``--prompt-tokens`` text tokens; no latency. The row then also names the checkpoint's type
+   (``NAME (mypool_k16)``), the name the cost tables and the demo panel give it. ``--projector-type NAME=TYPE``
+   counts it with ``TYPE`` instead of the config's type, for a run evaluated with the loaders'
+   ``--projector-type`` (a training-free compressor on that checkpoint); the row then names ``TYPE``.
 
 Acc. is the paper's Vanilla-normalised accuracy, ``100 / |B| · Σ_b s_b / s_b^Vanilla``, over the benchmarks the
 run shares with ``--vanilla`` (a run name, or ``paper-vanilla`` for the paper's row). A run is on the Pareto
@@ -73,6 +74,8 @@ class Run:
         latency_ms: Prefill latency, or ``None``.
         tokens: Visual tokens sent to the LLM, or ``None``.
         cost_source: Where the cost came from (a file, a checkpoint's analytic count).
+        projector_type: The checkpoint's ``mm_projector_type`` (its method's type, by the one name grammar), when
+            known.
     """
 
     name: str
@@ -82,6 +85,13 @@ class Run:
     tokens: int | None = None
     cost_source: str = ""
     ignored: list[str] = field(default_factory=list)
+    projector_type: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The row's name, with the checkpoint's type when it is not the name itself."""
+        known = self.projector_type is not None and self.projector_type != self.name
+        return f"{self.name} ({self.projector_type})" if known else self.name
 
 
 @dataclass
@@ -99,7 +109,8 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         return {
             "vanilla": self.vanilla, "benchmarks": self.benchmarks, "columns": {k: column_label(k) for k in self.benchmarks},
-            "runs": [{"name": r.name, "scores": r.scores, "relative": self.relative.get(r.name, {}), "acc": self.acc.get(r.name),
+            "runs": [{"name": r.name, "projector_type": r.projector_type, "scores": r.scores, "relative": self.relative.get(r.name, {}),
+                      "acc": self.acc.get(r.name),
                       "flops": r.flops, "latency_ms": r.latency_ms, "tokens": r.tokens, "cost_source": r.cost_source,
                       "pareto": r.name in self.front} for r in self.runs],
             "notes": self.notes,
@@ -169,7 +180,8 @@ def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int, proj
     if not isinstance(read_json(config, what="checkpoint config"), Mapping):  # names the file when it does not parse
         raise UserError(f"checkpoint config {os.fspath(config)!r} must hold a JSON object")
     flops = checkpoint_prefill_flops(checkpoint, prompt_tokens, overwrite=None if projector_type is None else {"mm_projector_type": projector_type})
-    return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", "")}
+    return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", ""),
+            "projector_type": flops.get("projector_type")}
 
 
 def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None, checkpoint: str | None = None,
@@ -190,6 +202,7 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
         values = checkpoint_cost(checkpoint, prompt_tokens, projector_type)
         with_type = "" if projector_type is None else f" as {projector_type}"
         run.cost_source = f"analytic from {os.fspath(checkpoint)}{with_type}: {values['accounting']}"
+        run.projector_type = values["projector_type"]
     else:
         return run
     run.flops, run.latency_ms, run.tokens = values["flops"], values["latency_ms"], values.get("tokens")
@@ -267,7 +280,7 @@ def format_table(result: Comparison) -> str:
     for run in result.runs:
         relative = result.relative.get(run.name, {})
         cells = [
-            run.name, "-" if run.tokens is None else str(run.tokens),
+            run.label, "-" if run.tokens is None else str(run.tokens),
             *(_score_cell(run.scores.get(k), relative.get(k)) for k in result.benchmarks),
             _number(result.acc.get(run.name)), "-" if run.flops is None else f"{run.flops / scale:.3g}",
             _number(run.latency_ms, 2), "yes" if run.name in result.front else "",

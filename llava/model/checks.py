@@ -12,8 +12,9 @@ Each function is called from one line of :mod:`llava.model.builder`:
   ``pytorch_model*.bin`` shard (truncated, or holding pickled objects other than tensors);
 - :func:`check_loaded_weights`: weights of the model that the checkpoint does not hold (they would stay
   random and the model would generate garbage), unless the caller opts out with ``allow_missing_weights``;
-- :func:`weights_file_error`: the sentence for an unreadable ``.bin``/``.safetensors`` file, which never repeats
-  torch's advice to retry with ``weights_only=False`` (arbitrary code execution for an untrusted file);
+- :func:`~llava.model.weights_io.weights_file_error` (the reader's own): the sentence for an unreadable
+  ``.bin``/``.safetensors`` file, which never repeats torch's advice to retry with ``weights_only=False`` (arbitrary
+  code execution for an untrusted file);
 - :func:`check_llava_key_types`: LLaVA's own ``config.json`` keys of the wrong JSON type (a list where a name
   belongs would reach a regex as a ``TypeError``);
 - :func:`reading_config`: a config value that transformers' config class refuses (``"hidden_size": "64"``),
@@ -197,24 +198,6 @@ def check_tokenizer_files(path: str) -> None:
         )
 
 
-def weights_file_error(path: str, error: BaseException) -> UserError:
-    """The one sentence for a weights file that cannot be read (the library's own advice is left out)."""
-    import pickle
-
-    refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
-    if isinstance(error, pickle.UnpicklingError) and refused:
-        return UserError(
-            f"weights file {path!r} holds pickled Python objects that are not tensors ({refused.group(1)}), so it was not "
-            "loaded (unpickling them could run arbitrary code); use a copy you trust, saved with torch.save of tensors "
-            "only or as safetensors"
-        )
-    kind = type(error).__name__
-    return UserError(
-        f"weights file {path!r} is not a readable weights file ({kind}: it is corrupt, truncated or not a checkpoint); "
-        "download or save it again"
-    )
-
-
 def check_weight_files(model_path: str) -> None:
     """Open every weights file of a local folder cheaply and raise on a broken one: the header of each
     ``*.safetensors``, and, when the folder has no safetensors weights (transformers would then read the
@@ -223,6 +206,8 @@ def check_weight_files(model_path: str) -> None:
     if not os.path.isdir(model_path):
         return
     from safetensors import safe_open
+
+    from .weights_io import load_weights_file, weights_file_error  # torch: imported when a folder is checked
 
     names = sorted(os.listdir(model_path))
     for name in names:
@@ -235,8 +220,6 @@ def check_weight_files(model_path: str) -> None:
                 raise weights_file_error(path, error) from None
     if any(name.startswith("model") and name.endswith(".safetensors") for name in names):
         return
-    from .weights_io import load_weights_file
-
     for name in names:
         if name.startswith("pytorch_model") and name.endswith(".bin"):
             load_weights_file(os.path.join(model_path, name), mmap=True)
@@ -279,5 +262,4 @@ __all__ = [
     "check_weight_files",
     "read_boolean",
     "reading_config",
-    "weights_file_error",
 ]

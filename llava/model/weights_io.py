@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import zipfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 import torch.nn as nn
+
+from llava.utils import UserError
 
 #: The projector's attribute name, and the marker of its entries in every checkpoint layout.
 PROJECTOR_KEY = "mm_projector"
@@ -40,8 +43,6 @@ def load_weights_file(path: str | os.PathLike[str], *, numpy_state: bool = False
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"weights file {path!r} does not exist")
-    from .checks import weights_file_error
-
     try:
         if path.endswith(".safetensors"):
             from safetensors.torch import load_file
@@ -52,6 +53,24 @@ def load_weights_file(path: str | os.PathLike[str], *, numpy_state: bool = False
     except Exception as error:  # unpickling, zip and header errors alike: the file is unusable
         # Never pass on torch's advice to retry with weights_only=False: the file may be hostile.
         raise weights_file_error(path, error) from None
+
+
+def weights_file_error(path: str, error: BaseException) -> UserError:
+    """The one sentence for a weights file that cannot be read (the library's own advice is left out)."""
+    import pickle
+
+    refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+    if isinstance(error, pickle.UnpicklingError) and refused:
+        return UserError(
+            f"weights file {path!r} holds pickled Python objects that are not tensors ({refused.group(1)}), so it was not "
+            "loaded (unpickling them could run arbitrary code); use a copy you trust, saved with torch.save of tensors "
+            "only or as safetensors"
+        )
+    kind = type(error).__name__
+    return UserError(
+        f"weights file {path!r} is not a readable weights file ({kind}: it is corrupt, truncated or not a checkpoint); "
+        "download or save it again"
+    )
 
 
 def _numpy_globals() -> Any:

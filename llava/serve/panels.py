@@ -1,10 +1,12 @@
-"""The demo's compressor panel: what a compressor keeps of an image, drawn by the compressor's own view.
+"""The demo's compressor panel: what a method keeps of an image, drawn by the method's own view.
 
-A compressor plugin may declare ``view(projector, ViewInputs) -> CompressorView | None``
-(:class:`llava.model.multimodal_projector.plugins.CompressorPlugin`). :func:`compute_view` prepares the image
-exactly as for generation, runs the vision tower, and hands the view a :class:`ViewInputs`; the view returns
-a :class:`CompressorView`: a one-line summary and a few :class:`Picture` s. This module draws them
-(:func:`render_png`) and turns them into the worker's JSON (:func:`view_payload`).
+A method plugin may declare ``view(projector, ViewInputs) -> CompressorView | None``
+(:class:`llava.plugin_api.CompressorPlugin`; the view types are the plugin API's, re-exported here).
+:func:`compute_view` prepares the image exactly as for generation, runs the vision tower, and hands the view a
+:class:`ViewInputs`; the view returns a :class:`CompressorView`: a one-line summary and a few :class:`Picture` s.
+The panel is labelled with the method's one name and type (its summary starts with them; ``details`` holds
+``method`` and ``projector_type``), as the cost tables and ``llava.eval.compare`` name it. This module draws the
+pictures (:func:`render_png`) and turns them into the worker's JSON (:func:`view_payload`).
 
 Picture helpers for the usual kinds of compressor:
 
@@ -19,8 +21,8 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,67 +32,13 @@ from PIL import Image
 from llava.mm_utils import process_images
 from llava.model.image_encoding import grid_shape
 from llava.model.multimodal_projector.plugins import plugin_for
+from llava.plugin_api import CompressorPlugin, CompressorView, Picture, ViewInputs
 
 #: Pictures per row of the rendered figure.
 _COLUMNS = 4
 _PANEL_INCHES = 1.7
 #: How much a dropped patch is dimmed in :func:`kept_positions_picture`.
 _DIM = 0.25
-
-
-@dataclass(frozen=True)
-class ViewInputs:
-    """What a view gets for one image.
-
-    Attributes:
-        image: ``[h, w, 3]`` float64 in [0, 1]: the model's input image (after the checkpoint's padding and
-            resizing), de-normalised back to RGB.
-        features: ``[1, T, D]`` the tower's select-layer features, on the projector's device and dtype.
-        grid: ``(H, W)`` patch grid.
-        tokens_sent: K, visual tokens per image the model sends to the LLM.
-        model: The whole model, for views that need more than the features.
-        pixels: ``[1, 3, h, w]`` the model input itself (for views that ask the tower for more, e.g. attention).
-    """
-
-    image: np.ndarray
-    features: torch.Tensor
-    grid: tuple[int, int]
-    tokens_sent: int
-    model: Any = None
-    pixels: torch.Tensor | None = None
-
-    @property
-    def tokens_uncompressed(self) -> int:
-        """N = H·W, what an uncompressed projector (e.g. mlp2x_gelu) sends."""
-        return self.grid[0] * self.grid[1]
-
-
-@dataclass(frozen=True)
-class Picture:
-    """One picture of the panel: ``image`` with an optional ``[H, W]`` heat map over the patch grid."""
-
-    title: str
-    image: np.ndarray
-    heat: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class CompressorView:
-    """A compressor's panel for one image.
-
-    Attributes:
-        summary: One Markdown line (see :func:`tokens_summary`).
-        pictures: What to draw, in order.
-        help: Markdown shown under the picture: how to read it.
-        details: JSON-able numbers for the worker's answer (e.g. the budget split).
-        arrays: The arrays behind the pictures (e.g. weight maps), for in-process callers and tests.
-    """
-
-    summary: str
-    pictures: tuple[Picture, ...]
-    help: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
-    arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -172,11 +120,28 @@ def regions_picture(title: str, image: np.ndarray, labels: np.ndarray) -> Pictur
 # ---------------------------------------------------------------------------------------------- computing
 
 
+def method_of(model: Any) -> tuple[CompressorPlugin, str] | None:
+    """The plugin of the model's projector and its type (``mm_projector_type``), or ``None`` (no plugin)."""
+    projector_type = getattr(getattr(model, "config", None), "mm_projector_type", None)
+    plugin = plugin_for(projector_type)
+    return None if plugin is None else (plugin, str(projector_type))
+
+
 def view_for(model: Any) -> Callable[[Any, ViewInputs], CompressorView | None] | None:
     """The view of the model's projector plugin, or ``None`` (no plugin, or a plugin without a view)."""
-    config = getattr(model, "config", None)
-    plugin = plugin_for(getattr(config, "mm_projector_type", None))
-    return plugin.view if plugin is not None else None
+    method = method_of(model)
+    return method[0].view if method is not None else None
+
+
+def labelled(view: CompressorView | None, model: Any) -> CompressorView | None:
+    """``view`` named by its method: the type and the method's one name first in the summary, both in ``details``."""
+    method = method_of(model)
+    if view is None or method is None:
+        return view
+    plugin, projector_type = method
+    label = f"`{projector_type}` ({plugin.name}): " if plugin.name != projector_type else f"`{projector_type}`: "
+    details = {**dict(view.details), "method": plugin.name, "projector_type": projector_type}
+    return replace(view, summary=label + view.summary, details=details)
 
 
 def _model_input(pixels: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
@@ -201,7 +166,7 @@ def compute_view(model: Any, image_processor: Any, image: Image.Image) -> Compre
     if view is None:
         return None
     pixels = _model_input(process_images([image], image_processor, model.config)).to(model.device, dtype=model.dtype)
-    return _view_of_pixels(view, model, image_processor, pixels)
+    return labelled(_view_of_pixels(view, model, image_processor, pixels), model)
 
 
 #: Frames of a video shown in its panel (evenly spread over the sampled frames).
@@ -240,7 +205,7 @@ def compute_video_view(model: Any, image_processor: Any, video: Any, frames: int
                f"newlines by mm_newline_position) vs **{pixels.shape[0] * grid[0] * grid[1]} uncompressed**; "
                f"{len(shown)} frames shown. " + per_frame[0].summary)
     details = {**dict(per_frame[0].details), "frames": int(pixels.shape[0]), "frames_shown": shown, "video_tokens": total}
-    return CompressorView(summary=summary, pictures=pictures, help=per_frame[0].help, details=details)
+    return labelled(CompressorView(summary=summary, pictures=pictures, help=per_frame[0].help, details=details), model)
 
 
 def _view_of_pixels(view: Callable[[Any, ViewInputs], CompressorView | None], model: Any, image_processor: Any,
@@ -309,6 +274,8 @@ __all__ = [
     "compute_view",
     "heat_picture",
     "kept_positions_picture",
+    "labelled",
+    "method_of",
     "regions_picture",
     "render_png",
     "token_details",

@@ -99,7 +99,7 @@ def test_unknown_projector_lists_known_patterns_as_users_write_them():
 
 
 def test_a_pattern_without_a_spelling_is_shown_as_is():
-    from llava.model.multimodal_projector.contract import ProjectorType
+    from llava.plugin_api import ProjectorType
 
     entry = ProjectorType(r"pool_k(\d+)", lambda context: None, examples=("pool_k4",))
     assert (entry.spelling, ProjectorType("plain", lambda context: None).spelling) == (r"pool_k(\d+)", "plain")

@@ -392,7 +392,7 @@ class BaseVisionTower(nn.Module):
         from .paired_text import load_paired_text
 
         if getattr(self, "_paired_text", None) is None:
-            self.__dict__["_paired_text"] = load_paired_text(self.vision_tower_name, self.family)
+            self.__dict__["_paired_text"] = load_paired_text(self.vision_tower_name, self.family, quiet_loading)
         return self.__dict__["_paired_text"].to(self.device)
 
     @property

@@ -10,7 +10,10 @@ tower's context is encoded in context-length segments, one embedding each (:func
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,16 +47,11 @@ class PairedText:
         return self
 
 
-def _quiet_load(loader: Any, name: str) -> Any:
-    """``loader(name)`` in float32, with transformers' per-key load report (the other half's weights) folded away."""
-    from .base import quiet_loading
-
-    with quiet_loading():
-        return loader(name, dtype=torch.float32)
-
-
-def load_paired_text(name: str, family: str) -> PairedText:
+def load_paired_text(name: str, family: str, quiet: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext) -> PairedText:
     """The text tower, its projection, the visual projection and the tokenizer of the CLIP checkpoint ``name``.
+
+    ``quiet``: the context the weights load in (the tower's :func:`~.base.quiet_loading`, passed by the tower so this
+    module does not import it back: transformers' per-key report of the other half's weights folded away).
 
     Raises:
         ValueError: One sentence when the tower family has no paired encoder here, or the folder holds no text
@@ -71,8 +69,9 @@ def load_paired_text(name: str, family: str) -> PairedText:
         if getattr(config, "model_type", None) != "clip":
             raise OSError(f"its config.json is a {getattr(config, 'model_type', None)!r} model, not a whole CLIP model")
         tokenizer = AutoTokenizer.from_pretrained(name)
-        text_model = _quiet_load(CLIPTextModelWithProjection.from_pretrained, name)
-        projection = _quiet_load(CLIPVisionModelWithProjection.from_pretrained, name).visual_projection
+        with quiet():
+            text_model = CLIPTextModelWithProjection.from_pretrained(name, dtype=torch.float32)
+            projection = CLIPVisionModelWithProjection.from_pretrained(name, dtype=torch.float32).visual_projection
     except (OSError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(

@@ -2,7 +2,8 @@
 
 A projector type (``config.mm_projector_type``, default ``linear``) is resolved by the registry's rule (exact names
 before patterns). The builder then, in this order: checks and normalises the owning plugin's ``config.json`` keys;
-gives the factory a typed :class:`~.contract.BuildContext` (widths, select layer, the tower's grid, depth and CLS);
+gives the factory a typed :class:`~llava.plugin_api.BuildContext` (widths, select layer, the tower's grid, depth and CLS,
+made by :func:`.registry.build_context`, which makes the cost model's too);
 writes the config keys the factory returned into the config, so ``config.json`` rebuilds the same module; and keeps
 what the projector needs from the model on the module (:func:`~.needs.projector_needs`).
 
@@ -18,10 +19,10 @@ from typing import Any
 
 import torch.nn as nn
 
-from .builtin import mlp_projector
-from .contract import BuildContext, BuiltProjector, TowerShape
+from llava.plugin_api import BuiltProjector, TowerShape, mlp_projector
+
 from .needs import attach_needs
-from .registry import check_plugin_config, list_projectors, resolve_projector
+from .registry import build_context, list_projectors, resolve_projector
 
 __all__ = ["build_vision_projector", "list_projectors", "mlp_projector", "resolve_projector", "tower_shape"]
 
@@ -40,27 +41,16 @@ def build_vision_projector(config: Any, delay_load: bool = False, *, vision_towe
     Raises:
         ValueError: For an unknown name, plugin keys that are unknown or invalid, or a type the tower cannot give.
     """
-    name = getattr(config, "mm_projector_type", None) or "linear"
-    registration, match = resolve_projector(name)
-    plugin = check_plugin_config(config)
-    context = BuildContext(
-        projector_type=name, match=match, config=config, mm_hidden=int(config.mm_hidden_size), hidden=int(config.hidden_size),
-        select_layer=int(_setting(config, "mm_vision_select_layer", -2)),
-        select_feature=str(_setting(config, "mm_vision_select_feature", "patch")),
+    registration, context = build_context(
+        config, mm_hidden=config.mm_hidden_size, hidden=config.hidden_size,
         tower_loader=lambda: tower_shape(config, vision_tower=vision_tower, vision_cfg=vision_cfg),
     )
     built = registration.entry.factory(context)
     if not isinstance(built, BuiltProjector):
-        raise TypeError(f"the factory of {name!r} returned {type(built).__name__}, not a BuiltProjector")
+        raise TypeError(f"the factory of {context.projector_type!r} returned {type(built).__name__}, not a BuiltProjector")
     for key, value in built.config_keys.items():
         setattr(config, key, value)
-    return attach_needs(built.module, built.needs if built.needs is not None else plugin.needs)
-
-
-def _setting(config: Any, key: str, default: Any) -> Any:
-    """``config.key``, or upstream's default when it is absent or ``None`` (a stored 0 stays 0)."""
-    value = getattr(config, key, None)
-    return default if value is None else value
+    return attach_needs(built.module, built.needs if built.needs is not None else registration.plugin.needs)
 
 
 def tower_shape(config: Any, *, vision_tower: Any = None, vision_cfg: Any = None) -> TowerShape | None:
@@ -98,7 +88,7 @@ def _tower_class_for(model_type: str) -> Any:
 def _read_tower_config(name: str, tower_class: Any) -> Any:
     """A tower's vision config: a local folder, or a published tower whose dimensions are built in (no network)."""
     if not os.path.isdir(name):
-        from llava.cost.presets import KNOWN_TOWERS
+        from llava.model.published import KNOWN_TOWERS
 
         if name in KNOWN_TOWERS:
             return KNOWN_TOWERS[name]()

@@ -4,7 +4,10 @@ A compressor (a projector that changes the number of visual tokens, or any proje
 declares itself with a :class:`CompressorPlugin` and :func:`register_plugin`, usually from the module that the
 ``llava.projectors`` entry point names. The declaration says:
 
-- ``projectors``: its name patterns (``re.fullmatch``) → factories ``factory(BuildContext) -> BuiltProjector``
+- ``name``: the method's one name (its rows in the cost and comparison tables, its demo panel);
+- ``projectors``: its name forms (``ProjectorType.named("mypool_k{K}", factory)``: the pattern the registry
+  matches, the spelling and the names per budget are derived from the form) → factories
+  ``factory(BuildContext) -> BuiltProjector``
   (the module and the config keys to save; a factory reads no files and writes nothing into the config), each
   with example names the test suite builds; they go into the one registry (:mod:`.registry`), next to
   upstream's built-ins, which are declared the same way (:mod:`.builtin`);
@@ -23,9 +26,10 @@ declares itself with a :class:`CompressorPlugin` and :func:`register_plugin`, us
 - ``boundary``: ``"pre"`` (the module compresses tower features, then projects; the built module is the whole
   projector) or ``"post"`` (it runs on projected tokens); the cost tools account by it;
 - ``view``: ``view(projector, ViewInputs) -> CompressorView | None``, the demo panel's picture
-  (:mod:`llava.serve.panels`);
-- ``cost``: a :class:`llava.cost.module.CostModel`: its module's FLOPs in llava's convention and its projector types
-  per visual-token budget (the cost tables, ``llava.eval.compare``, the quickstart's ``--projectors all``);
+  (drawn with :mod:`llava.serve.panels`' helpers);
+- ``cost``: a :class:`~llava.plugin_api.CostModel`: ``module_flops(context, setting)``, its type's FLOPs in llava's
+  convention, given the same :class:`BuildContext` as the factory; its types per visual-token budget (by default its
+  ``{K}`` name forms); the cost tables, ``llava.eval.compare``, the quickstart's ``--projectors all`` ask it;
 - ``showcase`` / ``video_showcase``: the projector types a first comparison shows on images / videos (the
   quickstart's default lists ask every plugin, :func:`showcase`);
 - ``reference_scores``: published benchmark rows by name, for ``summarize --baseline`` / ``compare --vanilla``;
@@ -40,27 +44,37 @@ it is called as ``projector(features, inputs)`` with ``inputs`` a :class:`Compre
 compressor reads arrives as an argument of that call (from ``generate`` / ``forward``'s ``question_ids`` or the
 model's own ids, :mod:`llava.model.compressor_text`), never as model state.
 
-This module is the public door: it re-exports the declarations (:mod:`.contract`, :mod:`.needs`) and the registry's
+The declarations are the plugin API's (:mod:`llava.plugin_api`: one module, standard library only, that a plugin
+file builds on). This module is the public door: it re-exports the API's declaration types and the registry's
 functions (:mod:`.registry`). It imports nothing heavy and knows no plugin by name.
 """
 
 from __future__ import annotations
 
-from .contract import (
+from llava.plugin_api import (
     BOUNDARIES,
+    PLUGIN_KINDS,
     SETTING_TYPES,
+    TEXT_ENCODERS,
+    TEXT_NEEDS,
     BuildContext,
     BuiltProjector,
+    CompressorInputs,
     CompressorPlugin,
+    CostModel,
+    ModelNeeds,
+    NameForm,
     ProjectorFactory,
     ProjectorType,
     RunInfo,
     Setting,
     TowerShape,
 )
-from .needs import NEEDS_ATTRIBUTE, TEXT_NEEDS, CompressorInputs, ModelNeeds, attach_needs, projector_needs
+
+from .needs import NEEDS_ATTRIBUTE, attach_needs, projector_needs
 from .registry import (
     apply_runtime_settings,
+    build_context,
     check_plugin_config,
     config_values,
     list_plugins,
@@ -81,13 +95,17 @@ from .registry import (
 __all__ = [
     "BOUNDARIES",
     "NEEDS_ATTRIBUTE",
+    "PLUGIN_KINDS",
     "SETTING_TYPES",
+    "TEXT_ENCODERS",
     "TEXT_NEEDS",
     "BuildContext",
     "BuiltProjector",
     "CompressorInputs",
     "CompressorPlugin",
+    "CostModel",
     "ModelNeeds",
+    "NameForm",
     "ProjectorFactory",
     "ProjectorType",
     "RunInfo",
@@ -95,6 +113,7 @@ __all__ = [
     "TowerShape",
     "apply_runtime_settings",
     "attach_needs",
+    "build_context",
     "check_plugin_config",
     "config_values",
     "list_plugins",

@@ -7,26 +7,31 @@ through the ``llava.projectors`` entry-point group: each entry point names a mod
 :func:`register_plugin`; the entry points are imported once, the first time a name is looked up.
 
 Settings are plugin-owned config keys; :func:`check_plugin_config` checks and normalises them on every build,
-and refuses keys of another plugin. This module imports the declarations (:mod:`.contract`) and the built-ins;
-nothing here imports it back.
+and refuses keys of another plugin. :func:`build_context` is the one place a type's :class:`BuildContext` is made:
+the builder hands it to the factory, the cost engine to the type's cost model.
+
+The registry keeps one section per plugin kind (:data:`llava.plugin_api.PLUGIN_KINDS`: ``projector`` today; the
+in-LLM reducer is the next); a name is resolved within its kind. This module imports the plugin API and the
+built-ins; nothing here imports it back.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
+from llava.plugin_api import PLUGIN_KINDS, BuildContext, CompressorPlugin, ProjectorType, Setting, TowerShape
 from llava.utils import load_entry_points
 
 from . import builtin
-from .contract import CompressorPlugin, ProjectorType, Setting
 
 ENTRY_POINT_GROUP = "llava.projectors"
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "Registration", "apply_runtime_settings", "check_plugin_config", "config_values",
+    "ENTRY_POINT_GROUP", "Registration", "apply_runtime_settings", "build_context", "check_plugin_config", "config_copy", "config_values",
     "list_plugins", "list_projectors", "load_plugins", "owner_of", "plugin_for", "plugin_settings", "projector_spellings",
     "reference_scores", "register_plugin", "resolve_projector", "settings_in", "showcase", "tokens_depend_on_image", "unregister_plugin",
 ]
@@ -34,15 +39,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Registration:
-    """One registered projector type and the plugin that declared it."""
+    """One registered type, the plugin that declared it and its kind."""
 
     entry: ProjectorType
     plugin: CompressorPlugin
     regex: re.Pattern
+    kind: str = "projector"
 
 
 _PLUGINS: dict[str, CompressorPlugin] = {}
-_TYPES: dict[str, Registration] = {}  # pattern -> registration, in registration order
+#: kind -> pattern -> registration, in registration order
+_SECTIONS: dict[str, dict[str, Registration]] = {kind: {} for kind in PLUGIN_KINDS}
+_TYPES = _SECTIONS["projector"]
 
 
 def register_plugin(plugin: CompressorPlugin) -> CompressorPlugin:
@@ -57,13 +65,15 @@ def register_plugin(plugin: CompressorPlugin) -> CompressorPlugin:
         shared = set(other.keys) & set(plugin.keys)
         if shared:
             raise ValueError(f"plugin {plugin.name!r} declares {sorted(shared)}, which plugin {other.name!r} already declares")
-        patterns = {entry.pattern for entry in other.projectors} & {entry.pattern for entry in plugin.projectors}
-        if patterns:
-            raise ValueError(f"plugin {plugin.name!r} registers {sorted(patterns)}, which plugin {other.name!r} already registers")
+        for kind in PLUGIN_KINDS:
+            patterns = {entry.pattern for entry in other.types(kind)} & {entry.pattern for entry in plugin.types(kind)}
+            if patterns:
+                raise ValueError(f"plugin {plugin.name!r} registers {sorted(patterns)}, which plugin {other.name!r} already registers")
     unregister_plugin(plugin.name)
     _PLUGINS[plugin.name] = plugin
-    for entry in plugin.projectors:
-        _TYPES[entry.pattern] = Registration(entry, plugin, re.compile(entry.pattern))
+    for kind, section in _SECTIONS.items():
+        for entry in plugin.types(kind):
+            section[entry.pattern] = Registration(entry, plugin, re.compile(entry.pattern), kind)
     return plugin
 
 
@@ -71,8 +81,9 @@ def unregister_plugin(name: str) -> None:
     """Remove a plugin and its projector types (for tests; a no-op for an unknown name)."""
     plugin = _PLUGINS.pop(name, None)
     if plugin is not None:
-        for entry in plugin.projectors:
-            _TYPES.pop(entry.pattern, None)
+        for kind, section in _SECTIONS.items():
+            for entry in plugin.types(kind):
+                section.pop(entry.pattern, None)
 
 
 def load_plugins() -> None:
@@ -190,6 +201,38 @@ def check_plugin_config(config: Any) -> CompressorPlugin:
                 f"{projector_type!r} is not one of its projector types"
             )
     return plugin
+
+
+def build_context(config: Any, *, mm_hidden: int, hidden: int,
+                  tower_loader: Callable[[], TowerShape | None] = lambda: None) -> tuple[Registration, BuildContext]:
+    """The registration of ``config.mm_projector_type`` (default ``linear``) and the :class:`BuildContext` that its
+    factory gets and its cost model gets: the one place a context is made.
+
+    The plugin's keys in ``config`` are checked and normalised first, in place (:func:`check_plugin_config`).
+
+    Raises:
+        ValueError: For an unknown type or plugin keys that are unknown or invalid (one sentence).
+    """
+    name = getattr(config, "mm_projector_type", None) or "linear"
+    registration, match = resolve_projector(name)
+    check_plugin_config(config)
+    context = BuildContext(
+        projector_type=name, match=match, config=config, mm_hidden=int(mm_hidden), hidden=int(hidden),
+        select_layer=int(_setting(config, "mm_vision_select_layer", -2)),
+        select_feature=str(_setting(config, "mm_vision_select_feature", "patch")), tower_loader=tower_loader,
+    )
+    return registration, context
+
+
+def config_copy(config: Any) -> SimpleNamespace:
+    """A namespace holding ``config``'s attributes, for a context whose checks must not touch the caller's config."""
+    return SimpleNamespace(**config_values(config))
+
+
+def _setting(config: Any, key: str, default: Any) -> Any:
+    """``config.key``, or upstream's default when it is absent or ``None`` (a stored 0 stays 0)."""
+    value = getattr(config, key, None)
+    return default if value is None else value
 
 
 def settings_in(values: Mapping[str, Any], plugin: CompressorPlugin) -> dict[str, Any]:

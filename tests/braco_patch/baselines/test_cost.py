@@ -5,16 +5,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from braco_patch.baselines import DivPrune, FourierVLM, MQTAbstractor, PruMerge, QueCC, TokenPacker
-from braco_patch.baselines.module_flops import (
-    divprune_flops,
-    fourier_vlm_flops,
-    mqt_flops,
-    paper_setting_flops,
-    prumerge_flops,
-    quecc_flops,
-    tokenpacker_flops,
-)
-from braco_patch.baselines.prumerge import single_head_cls_attention
+from braco_patch.baselines.divprune import divprune_flops
+from braco_patch.baselines.fouriervlm import fouriervlm_flops
+from braco_patch.baselines.mqt import mqt_flops
+from braco_patch.baselines.prumerge import prumerge_flops, single_head_cls_attention
+from braco_patch.baselines.quecc import quecc_flops
+from braco_patch.baselines.tokenpacker import tokenpacker_flops
+from braco_patch.cost.by_type import paper_setting_flops
 from llava.cost.flops import elementwise, total
 
 D, LLM, TEXT, SIDE, B = 16, 24, 20, 12, 3
@@ -52,7 +49,7 @@ def test_regional_and_query_modules(budget):
 @pytest.mark.parametrize("budget", [4, 9, 16, 25])
 def test_training_free_modules(budget):
     x = torch.randn(B, N, D)
-    assert _counted(FourierVLM(D, budget), x) == _matmul(fourier_vlm_flops(D, (SIDE, SIDE), budget, batch=B))
+    assert _counted(FourierVLM(D, budget), x) == _matmul(fouriervlm_flops(D, (SIDE, SIDE), budget, batch=B))
     assert _counted(DivPrune(budget), torch.randn(B, N, LLM)) == _matmul(divprune_flops(N, LLM, budget, batch=B))
     attention, keys = torch.rand(B, 2, N + 1, N + 1).softmax(-1), torch.randn(B, N + 1, 8)
     for extra in (True, False):

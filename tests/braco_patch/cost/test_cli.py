@@ -160,3 +160,40 @@ def test_an_unknown_projector_type_is_refused_before_any_table(capsys):
     assert exc.value.code == 2 and captured.out == ""
     assert "unknown projector type 'braco_c3_s7'; known projector types:" in captured.err
     assert "braco_c{C}s{S}[_coef|_idct|_randrot], braco_k{K}" in captured.err and "\\d" not in captured.err
+
+
+#: Runs ``braco cost`` in a fresh interpreter whose ``llava.projectors`` entry points are all missing, as in an
+#: environment where the project is importable (PYTHONPATH) but not installed.
+_NO_PLUGINS = """
+import importlib.metadata, sys
+real = importlib.metadata.entry_points
+def entry_points(**selection):
+    found = real(**selection)
+    return found.select(name="") if selection.get("group") == "llava.projectors" else found
+importlib.metadata.entry_points = entry_points
+from braco_patch.cost.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("argv", [["--projector", "all", "--budgets", "16"], ["--projector", "all", "mlp2x_gelu", "--table", "pipeline"]])
+def test_all_without_a_compressor_plugin_is_one_sentence(argv):
+    """Issue 29: with no plugin registered, --projector all measured mlp2x_gelu alone, silently."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _NO_PLUGINS, *argv], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("braco cost: error: 'all' names every compressor, but no compressor plugin is registered "
+                                  "(only linear, mlp{N}x_gelu, identity); install the package")
+
+
+def test_named_types_still_cost_without_a_compressor_plugin():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _NO_PLUGINS, "--projector", "mlp2x_gelu", "linear"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "mlp2x_gelu" in done.stdout and "linear" in done.stdout

@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from braco_patch.baselines.module_flops import baseline_module_flops
 from braco_patch.cost.by_type import compressors_table
 from braco_patch.cost.cli import main
 from llava.cost.flops import LMDims
@@ -49,10 +48,10 @@ def _toy_factory(context: BuildContext) -> BuiltProjector:
     return BuiltProjector(KeepByAttention(context.mm_hidden, context.hidden, int(context.match.group(1))))
 
 
-def _toy_flops(config, setting: CostSetting) -> ModuleCost:
-    k = int(config.mm_projector_type.removeprefix("toykeep_k"))
+def _toy_flops(context: BuildContext, setting: CostSetting) -> ModuleCost:
+    k = int(context.projector_type.removeprefix("toykeep_k"))
     d, h, n = setting.mm_hidden, setting.lm.hidden, setting.tokens
-    return ModuleCost(config.mm_projector_type, k, "post", {}, {"linear_1": 2 * n * d * h, "linear_2": 2 * n * h * h})
+    return ModuleCost(context.projector_type, k, "post", {}, {"linear_1": 2 * n * d * h, "linear_2": 2 * n * h * h})
 
 
 def _toy_budget(budget: int) -> list[str]:
@@ -166,14 +165,14 @@ def test_compressor_table_against_the_paper_at_k16():
 def test_budgets_a_baseline_cannot_give():
     setting = cost_setting(get_preset("llava-v1.5-7b"))
     with pytest.raises(ValueError, match=r"QueCC cannot give 25 tokens on a 24x24 grid.*accepted budgets"):
-        baseline_module_flops("quecc", 25, setting)
-    with pytest.raises(ValueError, match="fourier_vlm gives C² tokens"):
-        baseline_module_flops("fourier_vlm", 10, setting)
-    with pytest.raises(ValueError, match="unknown baseline 'nosuch'"):
-        baseline_module_flops("nosuch", 16, setting)
+        module_cost("quecc_k25", setting)
+    with pytest.raises(ValueError, match="fouriervlm gives C² tokens"):
+        module_cost("fouriervlm_k10", setting)
+    with pytest.raises(ValueError, match="unknown projector type 'nosuch_k16'"):
+        module_cost("nosuch_k16", setting)
     lm = LMDims(hidden=48, intermediate=96, layers=2, heads=4, kv_heads=2, head_dim=12, vocab=100)
     with pytest.raises(ValueError, match="square patch grid, got 4x6"):
-        baseline_module_flops("tokenpacker", 4, CostSetting(mm_hidden=32, lm=lm, grid=(4, 6)))
+        module_cost("tokenpacker_k4", CostSetting(mm_hidden=32, lm=lm, grid=(4, 6)))
 
 
 def test_table_compressors_command(capsys):
@@ -181,7 +180,7 @@ def test_table_compressors_command(capsys):
     text = capsys.readouterr().out
     assert "(f) compressor modules at K = 16" in text and "(f) compressor modules at K = 9" in text
     methods = [r["method"] for r in result["compressors"]["16"]]
-    assert set(methods) == {"braco", "prumerge", "divprune", "mqt", "quecc", "tokenpacker", "fourier_vlm", "visionzip", "vispruner", "cdpruner"}
+    assert set(methods) == {"braco", "prumerge", "divprune", "mqt", "quecc", "tokenpacker", "fouriervlm", "visionzip", "vispruner", "cdpruner"}
     assert all(r["paper_gflops"] is None for r in result["compressors"]["9"])  # the paper's table is K = 16 only
 
 
@@ -194,12 +193,12 @@ def test_table_compressors_leaves_out_a_budget_a_method_cannot_give(capsys):
     assert "quecc        ours       left out: QueCC cannot give 25 tokens" in capsys.readouterr().out
 
 
-def test_fourier_vlm_and_prumerge_split_against_direct_formulas():
+def test_fouriervlm_and_prumerge_split_against_direct_formulas():
     setting = cost_setting(get_preset("llava-v1.5-7b"))
     mlp16 = 2 * 16 * 1024 * 4096 + 2 * 16 * 4096 * 4096
-    fourier = baseline_module_flops("fourier_vlm", 16, setting)
+    fourier = module_cost("fouriervlm_k16", setting)
     assert (fourier.pre, fourier.post, fourier.tokens) == (2 * 16 * 576 * 1024, 2 * 16 * 576 * 1024 + mlp16, 16)
-    prumerge = baseline_module_flops("prumerge", 16, setting)  # 15 kept + the extra token
+    prumerge = module_cost("prumerge_k16", setting)  # 15 kept + the extra token
     score = 2 * 577 * 1024  # the CLS query against the 577 keys of the next layer, one full-width product
     merge = 2 * 15 * 576 * 1024 * 2 + 15 * 1024  # key similarity + dense merge + centre add
     extra = 2 * 576 * 1024 + 576

@@ -200,3 +200,16 @@ def test_summarize_refuses_to_write_over_a_score_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--output-json .* is the same file as results gqa.json"):
         summarize.main([str(v), "--output-json", str(v / "gqa.json")])
     assert (v / "gqa.json").read_bytes() == before
+
+
+def test_a_checkpoint_row_names_its_type(tmp_path: Path, tiny_llava_checkpoint):
+    """A run costed from a checkpoint shows the checkpoint's type, the name the cost tables give it."""
+    scores = write_results(tmp_path / "a", VANILLA)
+    ckpt = tiny_llava_checkpoint("mlp2x_gelu")
+    result = cmp.main(["--results", f"small={scores}", "--checkpoint", f"small={ckpt}", "--vanilla", "small",
+                       "--json", str(tmp_path / "t.json")])
+    assert result.runs[0].projector_type == "mlp2x_gelu" and result.runs[0].label == "small (mlp2x_gelu)"
+    assert "| small (mlp2x_gelu) |" in cmp.format_table(result)
+    assert json.loads((tmp_path / "t.json").read_text())["runs"][0]["projector_type"] == "mlp2x_gelu"
+    named = cmp.Run("mlp2x_gelu", {"gqa": 1.0}, projector_type="mlp2x_gelu")
+    assert named.label == "mlp2x_gelu"  # a row named by its type is not named twice

@@ -178,3 +178,14 @@ def test_no_panel_for_other_projectors(mlp_engine) -> None:
     image = Image.open(io.BytesIO(png_bytes((40, 30))))
     assert compute_view(mlp_engine.model, mlp_engine.image_processor, image) is None
     assert mlp_engine.compressor_view({"images": [base64.b64encode(png_bytes((40, 30))).decode()]}) == {"available": False}
+
+
+def test_the_panel_is_named_by_the_method(braco_engine, tiny_image_file: Path) -> None:
+    """The panel names the checkpoint's type and its method's one name, as the cost tables and compare do."""
+    model = braco_engine.model
+    view = compute_view(model, braco_engine.image_processor, _image(tiny_image_file))
+    projector_type = model.config.mm_projector_type
+    assert view.summary.startswith(f"`{projector_type}` (braco): ")
+    assert (view.details["method"], view.details["projector_type"]) == ("braco", projector_type)
+    payload = view_payload(view)
+    assert (payload["method"], payload["projector_type"]) == ("braco", projector_type)
