@@ -47,6 +47,7 @@ def test_every_type_at_every_budget_costs_what_it_did(preset, tmp_path, capsys):
                            "pipeline_total": row["pipeline"]["total"]} for row in result["types"]}
     expected = _expected(preset)
     assert {name: types.get(name) for name in expected} == expected
-    assert set(types) - set(expected) == {f"{method}_k{k}" for method in ("visionzip", "vispruner", "cdpruner") for k in (4, 9, 16, 25)}
+    # the types of methods registered since (each its own file, held by its own tests) may be new; nothing else
+    assert set(types) - set(expected) <= {f"{method}_k{k}" for method in ("visionzip", "vispruner", "cdpruner") for k in (4, 9, 16, 25)}
     table1 = {f"{row['input']}/{row['label']}": row["total"] for row in result["pipeline"]}
     assert table1 == REFERENCE[f"{preset}:table1"]
