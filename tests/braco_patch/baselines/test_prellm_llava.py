@@ -308,6 +308,7 @@ def test_compare_counts_a_run_with_its_projector_type(mlp_checkpoint, tmp_path, 
     assert flops["vz"] == checkpoint_prefill_flops(mlp_checkpoint, 52, overwrite={"mm_projector_type": "visionzip_k9"})["total"]
     assert flops["vz"] < flops["vanilla"] == checkpoint_prefill_flops(mlp_checkpoint, 52)["total"]
     assert {run.name: run.tokens for run in result.runs} == {"vanilla": 36, "vz": 9}
+    assert {run.name: run.label for run in result.runs} == {"vanilla": "vanilla (mlp2x_gelu)", "vz": "vz (visionzip_k9)"}  # the evaluated type
     for extra, message in ((["--projector-type", "vz=nosuch_k9"], "--projector-type 'nosuch_k9' is not a known projector type"),
                            (["--projector-type", "vanilla=vispruner_k9", "--projector-type", "vz=visionzip_k9"], None)):
         if message is None:
