@@ -24,6 +24,11 @@ DEFAULT_IM_START_TOKEN = "<im_start>"
 DEFAULT_IM_END_TOKEN = "<im_end>"
 IMAGE_PLACEHOLDER = "<image-placeholder>"
 
+# The answer-format instructions LLaVA's evaluation prompts add to a question: the short-answer line of its
+# question files (GQA, VQAv2, POPE, TextVQA, ...) and the letter instruction of ScienceQA and MMBench (per language).
+SHORT_ANSWER_PROMPT = "Answer the question using a single word or phrase."
+LETTER_ANSWER_PROMPTS = {"en": "Answer with the option's letter from the given choices directly.", "cn": "请直接回答选项字母。"}
+
 __all__ = [
     "CONTROLLER_HEART_BEAT_EXPIRATION",
     "WORKER_HEART_BEAT_INTERVAL",
@@ -35,4 +40,6 @@ __all__ = [
     "DEFAULT_IM_START_TOKEN",
     "DEFAULT_IM_END_TOKEN",
     "IMAGE_PLACEHOLDER",
+    "SHORT_ANSWER_PROMPT",
+    "LETTER_ANSWER_PROMPTS",
 ]

@@ -150,12 +150,15 @@ class LlavaGenerator:
 
 def load_generator(
     model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None,
-    *, fast: str | None = None,
+    projector_type: str | None = None, *, fast: str | None = None,
 ) -> tuple[LlavaGenerator, str]:
     """Load a checkpoint with ``load_pretrained_model`` on ``device`` and wrap it.
 
-    ``projector_settings`` (``--projector-setting KEY=VALUE``) change runtime settings of the projector's
-    compressor plugin after loading (e.g. a nested-query compressor's token count), checked by the plugin.
+    ``projector_type`` (``--projector-type``) replaces the checkpoint's ``mm_projector_type`` before the model is built
+    (LLaVA-NeXT's ``overwrite_config``), e.g. a training-free compressor in front of an ``mlp2x_gelu`` checkpoint's
+    MLP; the checkpoint's projector weights must load into it unchanged. ``projector_settings`` (``--projector-setting
+    KEY=VALUE``) that are not runtime settings go into that override too; runtime settings change the projector's
+    compressor after loading (e.g. a nested-query compressor's token count), checked by the plugin.
     ``fast`` is ``--fast`` (:mod:`llava.model.fast_flag`; ``None``: the device's default).
 
     Returns:
@@ -169,20 +172,30 @@ def load_generator(
     dtype = default_dtype(device)
     model_path = os.path.expanduser(model_path)
     model_name = get_model_name_from_path(model_path)
+    runtime, built = _split_settings(projector_settings or {})
+    overwrite = None if projector_type is None else {"mm_projector_type": projector_type, **built}
     disable_torch_init()
     try:
-        tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device)
+        tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device, overwrite_config=overwrite)
     finally:
         enable_torch_init()
-    if projector_settings:
+    if runtime:
         from llava.model.multimodal_projector.plugins import apply_runtime_settings
 
-        apply_runtime_settings(model, projector_settings)
+        apply_runtime_settings(model, runtime)
     if model.dtype != dtype:
         model.to(dtype=dtype)
     model.eval()
     use_fast(model, fast)
     return LlavaGenerator(tokenizer, model, image_processor, conv_mode=_conv_mode_for(model_name, conv_mode), device=device, dtype=dtype), model_name
+
+
+def _split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(runtime settings, settings applied when the projector is built)`` of ``--projector-setting`` values."""
+    from llava.model.multimodal_projector.plugins import plugin_settings
+
+    runtime = {setting.key for _, setting in plugin_settings() if setting.runtime}
+    return ({k: v for k, v in settings.items() if k in runtime}, {k: v for k, v in settings.items() if k not in runtime})
 
 
 def _conv_mode_for(model_name: str, conv_mode: str) -> str:

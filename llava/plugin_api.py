@@ -55,8 +55,8 @@ if TYPE_CHECKING:  # for annotations only: importing the API must not import tor
     import torch.nn as nn
 
 __all__ = [
-    "BOOLEAN_WORDS", "BOUNDARIES", "ELEMENTWISE_PARTS", "FALSE_WORDS", "PLUGIN_KINDS", "SETTING_TYPES", "TEXT_NEEDS",
-    "TRUE_WORDS", "BuildContext", "BuiltProjector", "CompressorInputs", "CompressorPlugin", "CompressorView",
+    "BOOLEAN_WORDS", "BOUNDARIES", "ELEMENTWISE_PARTS", "FALSE_WORDS", "PLUGIN_KINDS", "SETTING_TYPES", "TEXT_ENCODERS",
+    "TEXT_NEEDS", "TRUE_WORDS", "BuildContext", "BuiltProjector", "CompressorInputs", "CompressorPlugin", "CompressorView",
     "CostModel", "CostSetting", "LMDims", "ModelNeeds", "ModuleCost", "NameForm", "Picture", "ProjectorFactory",
     "ProjectorType", "RunInfo", "Setting", "TowerShape", "ViewInputs", "attention_score_flops", "elementwise",
     "linear_flops", "llm_prefill_flops", "mlp_projector", "parse_bool", "projector_flops", "total",
@@ -483,9 +483,13 @@ class RunInfo:
 # ---------------------------------------------------------------------------------------------- what a method needs and gets
 
 #: The text a compressor may ask for (:attr:`ModelNeeds.text`): each sample's question (the first user turn,
-#: image markers removed, tokenized on its own as the tokenizer encodes a text), or the whole prompt
-#: (every non-target token of the sample: system text, roles, every turn).
-TEXT_NEEDS = ("question", "prompt")
+#: image markers removed, tokenized on its own as the tokenizer encodes a text), its instruction (the question
+#: without the answer-format line LLaVA's evaluation prompts append, :func:`llava.conversation.instruction_of`),
+#: or the whole prompt (every non-target token of the sample: system text, roles, every turn).
+TEXT_NEEDS = ("question", "instruction", "prompt")
+#: Who encodes that text (:attr:`ModelNeeds.text_encoder`): the LLM (its tokenizer and input embedding) or the
+#: vision tower's paired text encoder (CLIP's text tower: its tokenizer and projected text embedding).
+TEXT_ENCODERS = ("llm", "tower")
 
 
 @dataclass(frozen=True)
@@ -502,14 +506,20 @@ class ModelNeeds:
             probabilities), **relative to the select layer**: ``0`` is the layer that produced the select
             layer's features, ``1`` the next layer, whose input they are (with ``mm_vision_select_layer -2`` on
             CLIP-L that is the last layer, index 23 of 24); ``None`` for no attention.
-        text: ``"question"`` or ``"prompt"`` (see :data:`TEXT_NEEDS`), or ``None`` for no text.
+        text: ``"question"``, ``"instruction"`` or ``"prompt"`` (see :data:`TEXT_NEEDS`), or ``None`` for no text.
         square_grid: The tower's patch grid must be square.
+        text_encoder: ``"llm"`` (default): the text is tokenized by the LLM's tokenizer and embedded by its input
+            embedding; ``"tower"``: tokenized and encoded by the vision tower's paired text encoder (one projected
+            embedding per context-length segment), and the compressor also gets the select layer's patches in
+            that image–text space (:attr:`CompressorInputs.paired_features`). ``"tower"`` reads the question or
+            the instruction, not the prompt (which is cut from the LLM's ids).
     """
 
     tower_layers: tuple[int, ...] = ()
     attention: int | None = None
     text: str | None = None
     square_grid: bool = False
+    text_encoder: str = "llm"
 
     def __post_init__(self) -> None:
         if self.attention is not None and (isinstance(self.attention, bool) or not isinstance(self.attention, int)):
@@ -519,6 +529,10 @@ class ModelNeeds:
             )
         if self.text is not None and self.text not in TEXT_NEEDS:
             raise ValueError(f"ModelNeeds.text must be one of {list(TEXT_NEEDS)} or None, got {self.text!r}")
+        if self.text_encoder not in TEXT_ENCODERS:
+            raise ValueError(f"ModelNeeds.text_encoder must be one of {list(TEXT_ENCODERS)}, got {self.text_encoder!r}")
+        if self.text_encoder == "tower" and self.text not in ("question", "instruction"):
+            raise ValueError(f"ModelNeeds.text_encoder 'tower' encodes the question or the instruction, so text must be one of them, got {self.text!r}")
 
     @property
     def prompt(self) -> bool:
@@ -546,10 +560,18 @@ class CompressorInputs:
         queries: ``[N, T', D]`` that layer's query projections (``q_proj`` outputs, all heads, before scaling).
         keys: ``[N, T', D]`` that layer's key projections (``k_proj`` outputs, all heads).
         prompt: The text the plugin asked for (``ModelNeeds.text``), one ``[L_i, hidden_size]`` tensor per image,
-            embedded by the LLM's input embedding. ``None`` when the images come without text.
+            embedded by the LLM's input embedding: the question (or instruction) of the image's sample (its ids as
+            the caller tokenized it, e.g. with BOS), or the whole prompt (the sample's non-target tokens, padding and
+            image markers removed). With ``text_encoder="tower"``: one ``[M_i, C]`` float32 tensor per image, the
+            tower's projected text embedding of each ``M_i`` context-length segment. ``None`` when the images come
+            without text (``encode_images`` on its own).
         prompt_ids: The token ids of the same tokens, ``[L_i]`` each.
         run_language_model: ``run_language_model(embeds [1, L, hidden]) -> [1, L, hidden]``, the LLM's last
             hidden states (an extra pass over the text, for text-conditioned compressors).
+        cls_token: ``[N, D]`` the CLS token's features at the select layer (towers with one; whatever
+            ``mm_vision_select_feature``), given whenever the tower's layers or attention are asked for.
+        paired_features: ``[N, T, C]`` float32, the select layer's features mapped into the tower's image–text
+            space (CLIP: ``visual_projection(post_layernorm(x))``), for ``text_encoder="tower"``.
     """
 
     features: torch.Tensor
@@ -562,6 +584,8 @@ class CompressorInputs:
     prompt: list[torch.Tensor] | None = None
     prompt_ids: list[torch.Tensor] | None = None
     run_language_model: Callable[[torch.Tensor], torch.Tensor] | None = None
+    cls_token: torch.Tensor | None = None
+    paired_features: torch.Tensor | None = None
 
 
 # ---------------------------------------------------------------------------------------------- cost

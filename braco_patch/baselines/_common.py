@@ -17,6 +17,7 @@ __all__ = [
     "square_side",
     "check_tokens",
     "check_count",
+    "per_head_importance",
     "region_scale",
     "region_tokens",
     "region_index",
@@ -50,6 +51,20 @@ def check_count(count: int, name: str = "budget") -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"{name} must be a positive integer, got {count!r}")
     return count
+
+
+def per_head_importance(attention: torch.Tensor, num_patches: int) -> torch.Tensor:
+    """Each head's importance of each patch, ``[B, heads, N]`` float32, from attention probabilities ``[B, heads, T, T]``.
+
+    ``T = N + 1`` (CLS first): the CLS token's attention to each patch (its own column dropped). ``T = N`` (a tower
+    without CLS, e.g. SigLIP): the attention each patch receives, averaged over the queries.
+    """
+    if attention.dim() != 4 or attention.shape[-1] != attention.shape[-2] or attention.shape[-1] not in (num_patches, num_patches + 1):
+        raise ValueError(
+            f"expected attention [batch, heads, T, T] with T = {num_patches + 1} (CLS) or {num_patches} (no CLS), got {tuple(attention.shape)}"
+        )
+    attention = attention.float()
+    return attention[:, :, 0, 1:] if attention.shape[-1] == num_patches + 1 else attention.mean(dim=2)
 
 
 def region_scale(budget: int, side: int, method: str) -> int:

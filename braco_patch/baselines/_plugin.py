@@ -24,9 +24,9 @@ from llava.plugin_api import BuildContext, CostSetting, NameForm, ViewInputs, li
 from ._common import multi_level_layers, region_scale
 
 __all__ = [
-    "LAYERS_HELP", "CompressThenProject", "Resolved", "attention_flops", "check_patch_features", "check_selection_budget", "cost_budget",
-    "mlp2_flops", "name_count", "parse_layers", "projector_part", "regional", "regions_view", "scale_parts", "square_types",
-    "square_grid_of", "view_of",
+    "LAYERS_HELP", "SCORES_NOTE", "CompressThenProject", "Resolved", "attention_flops", "check_patch_features", "check_selection_budget", "cost_budget",
+    "mlp2_flops", "name_count", "parse_layers", "projector_part", "regional", "regions_view", "scale_parts", "select_layer_attention",
+    "square_types", "square_grid_of", "view_of",
 ]
 
 LAYERS_HELP = ("tower hidden-state indices of the multi-level features, comma-separated (default: 12,16,22,23 on a 24-layer tower, "
@@ -206,6 +206,11 @@ def projector_part(tokens: int, setting: CostSetting) -> dict[str, int]:
     return projector_flops(tokens, setting.mm_hidden, setting.lm.hidden, setting.projector_depth)
 
 
+#: The cost note of a method that reads one tower layer's attention before the LLM (VisionZip, VisPruner).
+SCORES_NOTE = ("scores: one tower layer's attention, recomputed (counted with attention scores); "
+               "the LLM sees K visual tokens in every layer")
+
+
 def square_grid_of(setting: CostSetting, method: str) -> int:
     """The side of the setting's grid, which ``method`` needs square."""
     h, w = setting.grid
@@ -225,6 +230,15 @@ def view_of(inputs: ViewInputs, pictures: list[Any], help_text: str, breakdown: 
     summary = tokens_summary(inputs.tokens_sent, inputs.grid, breakdown)
     return CompressorView(summary, (Picture("model input", inputs.image), *pictures), help_text, {**token_details(inputs), **details},
                           {key: np.asarray(value) for key, value in details.items() if isinstance(value, (list, np.ndarray))})
+
+
+def select_layer_attention(inputs: ViewInputs) -> tuple[Any, Any]:
+    """``(tower, its encode output)`` for ``inputs.pixels`` with the attention, queries and keys of the layer that
+    produced the select layer's features (``ModelNeeds(attention=0)``: what VisionZip and VisPruner read)."""
+    model = inputs.model
+    tower = model.get_vision_tower()
+    with torch.no_grad():
+        return tower, tower.encode(inputs.pixels, attention_layer=int(getattr(model.config, "mm_vision_select_layer", -2)))
 
 
 def regions_view(projector: Any, inputs: ViewInputs) -> Any:

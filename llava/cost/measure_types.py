@@ -4,9 +4,11 @@ The projector is built exactly as a checkpoint builds it (``build_vision_project
 preset's widths), with random weights, and called as ``encode_images`` calls it: ``projector(features)``, or
 ``projector(features, CompressorInputs)`` when its plugin needs more. What it needs is made up at the preset's
 shape: tower layers (``[B, N(+1), D]``), the select layer's attention (a softmax over random scores,
-``[B, heads, T, T]``) and keys, a prompt of ``question_tokens`` random embeddings, and — for a question pass —
-``run_language_model`` = the identity, so **the measured time of a prompt-conditioned module leaves out its
-LLM pass** (its analytic count includes it). The call is the whole built module: for ``pre`` types the
+``[B, heads, T, T]`` with ``T = N + 1``: a CLIP-like tower, CLS first), queries, keys and CLS token, a prompt of
+``question_tokens`` random embeddings, and — for a question pass — ``run_language_model`` = the identity (or, for a
+text read by the tower's paired encoder, one random text embedding and random patches in that space), so **the
+measured time of a prompt-conditioned module leaves out its LLM or text-tower pass** (its analytic count includes
+it). The call is the whole built module: for ``pre`` types the
 compressor plus its projector, i.e. the post-projector boundary.
 
 Protocol of :mod:`.measure`: ``warmup`` untimed calls, ``iters`` timed ones (median, std), peak memory above
@@ -75,11 +77,18 @@ def compressor_inputs(spec: PipelineSpec, needs: Any, batch: int, question_token
         inputs.layers[index] = torch.randn(batch, n, d, device=device, dtype=dtype)
     if needs.attention is not None:
         heads = spec.vision_dims.heads
-        inputs.attention = torch.randn(batch, heads, n, n, device=device, dtype=dtype).softmax(-1)
-        inputs.has_cls_token = True  # q/k of a CLIP-like tower: CLS first (CLS-attention pruners score with its row)
+        # a CLIP-like tower: CLS first in the attention, queries and keys (CLS-attention pruners score with its row)
+        inputs.attention = torch.randn(batch, heads, n + 1, n + 1, device=device, dtype=dtype).softmax(-1)
+        inputs.has_cls_token = True
         inputs.queries = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
         inputs.keys = torch.randn(batch, n + 1, d, device=device, dtype=dtype)
-    if needs.prompt:
+        inputs.cls_token = torch.randn(batch, d, device=device, dtype=dtype)
+    if needs.prompt and needs.text_encoder == "tower":  # one segment of the tower's text embedding, the patches in that space
+        width = int(getattr(spec.vision, "projection_dim", None) or d)
+        inputs.prompt = [torch.randn(1, width, device=device) for _ in range(batch)]
+        inputs.prompt_ids = [torch.zeros(question_tokens, dtype=torch.long, device=device) for _ in range(batch)]
+        inputs.paired_features = torch.randn(batch, n, width, device=device)
+    elif needs.prompt:
         inputs.prompt = [torch.randn(question_tokens, spec.lm_dims.hidden, device=device, dtype=dtype) for _ in range(batch)]
         inputs.prompt_ids = [torch.zeros(question_tokens, dtype=torch.long, device=device) for _ in range(batch)]
         inputs.run_language_model = lambda embeds: embeds
@@ -100,8 +109,22 @@ def measure_types(spec: PipelineSpec, types: Sequence[str], setting: CostSetting
             with torch.no_grad():
                 row = measure_call(call, opts, analytic, matmul)
             rows.append({"batch": batch, "variant": name, "boundary": "post", "tokens": cost.tokens,
-                         "note": "LLM prompt pass not run (identity)" if prompt_pass else "", **row})
+                         "note": _prompt_note(projector) if prompt_pass else "", **row})
     return rows
+
+
+def _prompt_note(projector: torch.nn.Module) -> str:
+    """What a measured module row with a text pass leaves out."""
+    if projector_needs(projector).text_encoder == "tower":
+        return "tower text pass not run (random embeddings)"
+    return "LLM prompt pass not run (identity)"
+
+
+def _pass_not_run(needs: Any) -> str:
+    """What a measured prefill row with a text pass leaves out (its analytic count includes it)."""
+    if needs.text_encoder == "tower":
+        return "instruction-conditioned: the tower's text pass not run"
+    return "prompt-conditioned: LLM question pass not run"
 
 
 class WithInputs(torch.nn.Module):
@@ -146,5 +169,5 @@ def measure_pipeline_types(spec: PipelineSpec, types: Sequence[str], acc: Any, s
                 row = measure_call(lambda: pipe.prefill(projector, pixels, text), opts, cost["total"] * batch,
                                (cost["total"] - cost["elementwise"]) * batch)
             rows.append({"input": inp.label, "batch": batch, "variant": name, "llm_tokens": cost["visual_tokens"] + acc.prompt_tokens,
-                         "note": "prompt-conditioned: LLM question pass not run" if probe is not None and probe.prompt is not None else "", **row})
+                         "note": _pass_not_run(needs) if probe is not None and probe.prompt is not None else "", **row})
     return rows

@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from .flops import LMHead, VisionLayers, elementwise, llm_prefill_flops, total, vision_layers_run, vision_tower_flops
 from .module import CostSetting, module_cost
@@ -103,9 +103,12 @@ def projector_pipeline_flops(
     }
 
 
-def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int, frames: int | None = None) -> dict[str, Any]:
+def checkpoint_prefill_flops(
+    checkpoint_dir: str | os.PathLike[str], prompt_tokens: int, frames: int | None = None, overwrite: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Analytic FLOPs of one image's prefill through a saved checkpoint, for any projector type, or of one video's
     of ``frames`` frames (laid out by the checkpoint's own ``mm_spatial_pool_*`` / ``mm_newline_position`` keys).
+    ``overwrite``: config keys set on top of ``config.json``, as the loaders' ``--projector-type`` loads it.
 
     Counted: the whole vision tower, the compressor (its plugin's cost model, this project's computation), the
     projector (each once per frame for a video), and the LLM over the visual tokens plus ``prompt_tokens`` text
@@ -120,7 +123,7 @@ def checkpoint_prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_toke
     """
     config_file = Path(checkpoint_dir) / "config.json"
     spec = load_spec(config_file)
-    values = json.loads(config_file.read_text(encoding="utf-8"))
+    values = {**json.loads(config_file.read_text(encoding="utf-8")), **(overwrite or {})}
     projector_type = values.get("mm_projector_type") or "linear"
     config = SimpleNamespace(**values)
     if frames is not None:

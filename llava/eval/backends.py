@@ -65,7 +65,8 @@ class LocalBackend:
         from llava.generation import load_generator
 
         args = self.args
-        return lambda: load_generator(args.model_path, args.model_base, args.conv_mode, device, settings, fast=fast)
+        return lambda: load_generator(args.model_path, args.model_base, args.conv_mode, device, settings,
+                                      getattr(args, "projector_type", None), fast=fast)
 
 
 class EndpointBackend:

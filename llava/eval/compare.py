@@ -25,7 +25,9 @@ Cost per run, first found of:
 3. ``--checkpoint NAME=DIR``: analytic FLOPs of one image's prefill from the checkpoint's ``config.json``,
    by the cost engine (:mod:`llava.cost`, which asks the projector type's own plugin), with
    ``--prompt-tokens`` text tokens; no latency. The row then also names the checkpoint's type
-   (``NAME (mypool_k16)``), the name the cost tables and the demo panel give it.
+   (``NAME (mypool_k16)``), the name the cost tables and the demo panel give it. ``--projector-type NAME=TYPE``
+   counts it with ``TYPE`` instead of the config's type, for a run evaluated with the loaders'
+   ``--projector-type`` (a training-free compressor on that checkpoint); the row then names ``TYPE``.
 
 Acc. is the paper's Vanilla-normalised accuracy, ``100 / |B| · Σ_b s_b / s_b^Vanilla``, over the benchmarks the
 run shares with ``--vanilla`` (a run name, or ``paper-vanilla`` for the paper's row). A run is on the Pareto
@@ -167,8 +169,9 @@ def read_cost(path: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
-    """Analytic prefill FLOPs of a checkpoint (:func:`llava.cost.pipeline.checkpoint_prefill_flops`)."""
+def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int, projector_type: str | None = None) -> dict[str, Any]:
+    """Analytic prefill FLOPs of a checkpoint (:func:`llava.cost.pipeline.checkpoint_prefill_flops`), with
+    ``projector_type`` in place of its config's when given."""
     from llava.cost.pipeline import checkpoint_prefill_flops
 
     config = Path(checkpoint) / "config.json"
@@ -176,7 +179,7 @@ def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int) -> d
         raise UserError(f"checkpoint {os.fspath(checkpoint)!r} has no config.json")
     if not isinstance(read_json(config, what="checkpoint config"), Mapping):  # names the file when it does not parse
         raise UserError(f"checkpoint config {os.fspath(config)!r} must hold a JSON object")
-    flops = checkpoint_prefill_flops(checkpoint, prompt_tokens)
+    flops = checkpoint_prefill_flops(checkpoint, prompt_tokens, overwrite=None if projector_type is None else {"mm_projector_type": projector_type})
     return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", ""),
             "projector_type": flops.get("projector_type")}
 
@@ -202,7 +205,7 @@ def run_inputs(name: str, results: str | os.PathLike[str], cost: str | None = No
 
 
 def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None, checkpoint: str | None = None,
-             prompt_tokens: int = 52) -> Run:
+             prompt_tokens: int = 52, projector_type: str | None = None) -> Run:
     """A :class:`Run` from a results folder or scores JSON, with its cost (see the module docstring)."""
     scores = load_scores(results)
     if not scores:
@@ -215,8 +218,9 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
         values = read_cost(source)
         run.cost_source = os.fspath(source)
     elif checkpoint is not None:
-        values = checkpoint_cost(checkpoint, prompt_tokens)
-        run.cost_source = f"analytic from {os.fspath(checkpoint)}: {values['accounting']}"
+        values = checkpoint_cost(checkpoint, prompt_tokens, projector_type)
+        with_type = "" if projector_type is None else f" as {projector_type}"
+        run.cost_source = f"analytic from {os.fspath(checkpoint)}{with_type}: {values['accounting']}"
         run.projector_type = values["projector_type"]
     else:
         return run
@@ -365,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vanilla", required=True, help=f"the run to normalise by, or {PAPER_BASELINE_NAME!r}")
     parser.add_argument("--cost", action="append", metavar="NAME=FILE", help='cost JSON {"flops", "latency_ms"} of a run')
     parser.add_argument("--checkpoint", action="append", metavar="NAME=DIR", help="checkpoint whose config.json gives analytic FLOPs")
+    parser.add_argument("--projector-type", "--projector_type", dest="projector_types", action="append", metavar="NAME=TYPE",
+                        help="count run NAME's --checkpoint with this projector type (as the loaders' --projector-type ran it)")
     parser.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=52,
                         help="text tokens besides the visual ones for --checkpoint FLOPs (default %(default)s, the paper's fit)")
     parser.add_argument("--out", default=None, help="write the Markdown table here")
@@ -382,12 +388,19 @@ def main(argv: Sequence[str] | None = None) -> Comparison:
     names = [name for name, _ in named]
     costs = _named(args.cost, "--cost", names)
     checkpoints = _named(args.checkpoint, "--checkpoint", names)
+    types = _named(args.projector_types, "--projector-type", names)
+    for name, projector_type in types.items():
+        from llava.eval.core import override_settings
+
+        if name not in checkpoints:
+            raise UserError(f"--projector-type {name}={projector_type}: run {name!r} has no --checkpoint to count it on; add --checkpoint {name}=DIR")
+        override_settings(projector_type)  # an unknown type is one sentence
     inputs: dict[str, Any] = {}
     for name, path in named:
         inputs.update(run_inputs(name, path, costs.get(name), checkpoints.get(name)))
     inputs.update({f"--checkpoint {name}": path for name, path in checkpoints.items()})
     guard_outputs(inputs=inputs, files={"--out": args.out, "--json": args.json, "--figure": args.figure})
-    runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens) for name, path in named]
+    runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens, types.get(name)) for name, path in named]
     result = compare(runs, args.vanilla)
     table = format_table(result)
     if args.figure:

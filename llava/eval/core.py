@@ -241,7 +241,12 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
                         help="start a new answers file instead of resuming (needed when the model or settings changed)")
     parser.add_argument("--projector-setting", "--projector_setting", dest="projector_settings", action="append",
                         type=_key_value, default=[], metavar="KEY=VALUE",
-                        help="change a runtime setting of the projector's compressor after loading (repeatable)")
+                        help="change a runtime setting of the projector's compressor after loading, or any setting of the "
+                             "--projector-type compressor (repeatable)")
+    parser.add_argument("--projector-type", "--projector_type", dest="projector_type", default=None, metavar="TYPE",
+                        help="evaluate the checkpoint with this projector type instead of its config's mm_projector_type "
+                             "(e.g. a training-free compressor in front of an mlp2x_gelu checkpoint's MLP); "
+                             "the checkpoint's projector weights must load into it unchanged")
     for key, description in _runtime_flags():
         parser.add_argument(f"--{key}", dest=key, type=str, default=None, metavar="VALUE", help=description)
     add_backend_flags(parser)
@@ -277,14 +282,15 @@ def projector_settings(args: Any) -> dict[str, Any]:
     from llava.model.multimodal_projector.plugins import plugin_settings
 
     declared = {setting.key: setting for _, setting in plugin_settings() if setting.runtime}
+    declared.update(override_settings(getattr(args, "projector_type", None)))
     given = [(key, value, f"--projector-setting {key}={value}") for key, value in getattr(args, "projector_settings", None) or []]
     given += [(key, getattr(args, key), f"--{key} {getattr(args, key)}") for key in declared if getattr(args, key, None) is not None]
     settings: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     for key, value, spelling in given:
         if key not in declared:
-            raise UserError(f"{spelling}: {key!r} is not a runtime setting of any installed compressor "
-                            f"(runtime settings: {', '.join(sorted(declared)) or 'none'})")
+            raise UserError(f"{spelling}: {key!r} is not a runtime setting of any installed compressor nor a setting of the "
+                            f"--projector-type compressor (accepted: {', '.join(sorted(declared)) or 'none'})")
         try:
             parsed = declared[key].parse(value)
         except ValueError as error:
@@ -293,6 +299,22 @@ def projector_settings(args: Any) -> dict[str, Any]:
             raise UserError(f"{spelling} contradicts {spelled[key]}; give each projector setting once")
         settings[key], spelled[key] = parsed, spelling
     return dict(sorted(settings.items()))
+
+
+def override_settings(projector_type: str | None) -> dict[str, Any]:
+    """``{key: Setting}`` of the compressor ``--projector-type`` names (all its settings, applied when it is built).
+
+    Raises:
+        UserError: For a type no installed projector plugin knows (naming the known spellings).
+    """
+    if projector_type is None:
+        return {}
+    from llava.model.multimodal_projector.plugins import plugin_for, projector_spellings
+
+    plugin = plugin_for(projector_type)
+    if plugin is None:
+        raise UserError(f"--projector-type {projector_type!r} is not a known projector type; known projector types: {projector_spellings()}")
+    return {setting.key: setting for setting in plugin.settings}
 
 
 def _recorded_args(args: argparse.Namespace, settings: Mapping[str, Any]) -> argparse.Namespace:
@@ -456,6 +478,7 @@ __all__ = [
     "get_chunk",
     "load_generator",
     "ordinal",
+    "override_settings",
     "projector_settings",
     "resolve_device",
     "run_items",

@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from llava.constants import SHORT_ANSWER_PROMPT
 from llava.eval.files import read_answers, report_missing, write_score
 from llava.outputs import atomic_folder, guard_outputs
 from llava.utils import UserError, cli_main, setup_logging
@@ -45,7 +46,7 @@ COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation
 EVAL_TYPES = {"Perception": PERCEPTION, "Cognition": COGNITION}
 
 BENCHMARK_FOLDER = "MME_Benchmark_release_version"
-SHORT_ANSWER = "Answer the question using a single word or phrase."
+SHORT_ANSWER = SHORT_ANSWER_PROMPT
 YES_NO = " Please answer yes or no."
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
+from llava.constants import LETTER_ANSWER_PROMPTS
+
 # get_chunk and split_list are re-exported: upstream callers import them from this module.
 from llava.eval.core import (
     EvalItem,
@@ -35,10 +37,7 @@ from llava.eval.files import QUESTION_ID, is_missing
 from llava.utils import cli_main
 
 ALL_OPTIONS = ["A", "B", "C", "D"]
-INSTRUCTIONS = {
-    "en": "Answer with the option's letter from the given choices directly.",
-    "cn": "请直接回答选项字母。",
-}
+INSTRUCTIONS = LETTER_ANSWER_PROMPTS
 
 
 #: The columns every row needs, checked before the model loads (a numeric question cell is used as its text).

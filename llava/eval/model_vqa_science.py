@@ -20,6 +20,8 @@ import argparse
 import os
 from typing import Any, Sequence
 
+from llava.constants import LETTER_ANSWER_PROMPTS
+
 # get_chunk and split_list are re-exported: upstream callers import them from this module.
 from llava.eval.core import (
     EvalItem,
@@ -35,7 +37,7 @@ from llava.eval.core import (
 from llava.eval.files import QUESTION_ID
 from llava.utils import cli_main
 
-SINGLE_PRED_PROMPT = "Answer with the option's letter from the given choices directly."
+SINGLE_PRED_PROMPT = LETTER_ANSWER_PROMPTS["en"]
 #: The fields of an entry (LLaVA's training format), checked before the model loads; ``image`` is optional.
 FIELDS = {"id": QUESTION_ID, "conversations": list}
 

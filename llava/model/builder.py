@@ -295,7 +295,8 @@ def _load_llava_full(
     model, info = entry.causal_lm_class.from_pretrained(
         model_path, config=config, output_loading_info=True, **load_kwargs
     )
-    _check_projector_keys(info, model_path)
+    overridden = changes is not None and "mm_projector_type" in changes.overwrite
+    _check_projector_keys(info, model_path, config.mm_projector_type if overridden else None)
     check_loaded_weights(
         _loading_field(info, "missing_keys"), model_path, unexpected_keys=_loading_field(info, "unexpected_keys"),
         allow_missing=allow_missing_weights,
@@ -303,8 +304,9 @@ def _load_llava_full(
     return tokenizer, model
 
 
-def _check_projector_keys(info: Any, source: str) -> None:
-    """Raise if the checkpoint lacks projector weights the config asks for, or has extra ones."""
+def _check_projector_keys(info: Any, source: str, override: str | None = None) -> None:
+    """Raise if the checkpoint lacks projector weights the config asks for, or has extra ones (``override``: the
+    projector type that replaced the config's, e.g. ``--projector-type``)."""
 
     def projector_keys(keys: Any) -> list[str]:
         return sorted(key for key in keys if "mm_projector." in key or key.endswith("image_newline"))
@@ -312,8 +314,12 @@ def _check_projector_keys(info: Any, source: str) -> None:
     missing = projector_keys(_loading_field(info, "missing_keys"))
     unexpected = projector_keys(_loading_field(info, "unexpected_keys"))
     if missing or unexpected:
+        wanted = "the projector its config.json describes" if override is None else (
+            f"mm_projector_type {override!r} given at load (it must keep the checkpoint's projector weights, as training-free "
+            "compressors in front of an mlp2x_gelu MLP do)"
+        )
         raise ValueError(
-            f"projector weights in {source!r} do not match the projector its config.json describes; "
+            f"projector weights in {source!r} do not match {wanted}; "
             f"missing keys: {missing or 'none'}; unexpected keys: {unexpected or 'none'}"
         )
 

@@ -164,6 +164,8 @@ def compressor_inputs(
         inputs.keys = None if out.keys is None else to_projector(out.keys, projector)
         queries = getattr(out, "queries", None)
         inputs.queries = None if queries is None else to_projector(queries, projector)
+        cls_token = getattr(out, "cls_token", None)
+        inputs.cls_token = None if cls_token is None else to_projector(cls_token, projector)
     else:  # only text: the tower call of upstream
         inputs.features = to_projector(tower(images), projector)
     if needs.text is not None:
@@ -175,6 +177,8 @@ def compressor_inputs(
                     f"{len(embeds)} texts; use image_aspect_ratio 'pad' or 'square'"
                 )
             inputs.prompt, inputs.prompt_ids = list(embeds), list(ids)
+            if needs.text_encoder == "tower":  # float32 in the shared space; only the device follows the projector
+                inputs.paired_features = tower.image_text_features(inputs.features).to(device=inputs.features.device)
         inputs.run_language_model = run_language_model
     return inputs
 

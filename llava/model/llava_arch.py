@@ -538,9 +538,10 @@ class LlavaMetaForCausalLM(ABC):
         taken = splice.images_per_sample(markers, num_images)
 
         embed_tokens = self.get_model().embed_tokens
+        needs = projector_needs(self.get_model().mm_projector)
         text = text_per_image(
-            projector_needs(self.get_model().mm_projector).text, id_rows, label_rows, taken, embed_tokens, question_ids,
-            getattr(self.config, "mm_projector_type", None),
+            needs.text, id_rows, label_rows, taken, embed_tokens, question_ids, getattr(self.config, "mm_projector_type", None),
+            encode_question=self.get_vision_tower().encode_text if needs.text_encoder == "tower" else None,
         )
         features = self.image_features(images, image_sizes, modalities, text=text)
         sequences, sequence_labels = splice.splice_batch(id_rows, label_rows, features, markers, taken, embed_tokens)

@@ -43,8 +43,8 @@ class Backbone:
 BACKBONES: dict[str, Backbone] = {
     b.name: b
     for b in (
-        Backbone("llama-clip", "clip_vision_model", "clip-tiny", "llama", "vicuna-tiny",
-                 "tiny LLaMA (Vicuna stand-in) + tiny CLIP tower (CLS token dropped)"),
+        Backbone("llama-clip", "clip", "clip-tiny", "llama", "vicuna-tiny",
+                 "tiny LLaMA (Vicuna stand-in) + tiny CLIP tower (CLS token dropped; a whole CLIP checkpoint: text tower and tokenizer too)"),
         Backbone("qwen2-siglip", "siglip_vision_model", "siglip-tiny", "qwen2", "qwen2.5-tiny",
                  "tiny Qwen2 (Qwen2.5-Instruct stand-in, ChatML) + tiny SigLIP tower (no CLS token)"),
     )

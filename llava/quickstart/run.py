@@ -118,6 +118,9 @@ class QuickstartConfig:
     image_size: int = 64
     patch_size: int = 8
     tower_hidden: int = 64
+    #: Two encoder layers: mm_vision_select_layer -2 reads the first one's output, so the pruners that read the
+    #: attention of the layer that produced the features (VisionZip, VisPruner) have one.
+    tower_layers: int = 2
     position_scale: float = 20.0
     llm_hidden: int = 128
     llm_layers: int = 2
@@ -154,10 +157,9 @@ def build_models(root: Path, config: QuickstartConfig) -> Models:
     backbone = resolve_backbone(config.backbone)
     texts = video_corpus(backbone.template) if config.video else corpus(backbone.template)
     tokenizer = train_tiny_tokenizer_for(backbone.llm, root / "tokenizer", texts=texts, vocab_size=config.vocab_size)
-    # One encoder layer: mm_vision_select_layer -2 then reads the patch embeddings (plus positions).
     tower = build_tiny_vision_tower(
         backbone.tower_kind, root / backbone.tower_dir, image_size=config.image_size, patch_size=config.patch_size,
-        hidden=config.tower_hidden, layers=1, heads=2, seed=config.seed,
+        hidden=config.tower_hidden, layers=config.tower_layers, heads=2, seed=config.seed,
     )
     scale_position_embeddings(tower, config.position_scale)
     llm = build_tiny_llm(
@@ -177,8 +179,11 @@ def scale_position_embeddings(tower_dir: Path, factor: float) -> None:
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(str(tower_dir))
+    # the vision model's (a whole CLIP checkpoint also holds the text tower's, under text_model.)
+    name = next(name for name, _ in model.named_parameters()
+                if name.endswith("embeddings.position_embedding.weight") and not name.startswith("text_model."))
     with torch.no_grad():
-        model.get_parameter("embeddings.position_embedding.weight").mul_(factor)
+        model.get_parameter(name).mul_(factor)
     model.save_pretrained(str(tower_dir))
 
 

@@ -178,5 +178,32 @@ def train_tiny_qwen_tokenizer(out_dir: PathLike, texts: Iterable[str] | None = N
     return path
 
 
-__all__ = ["DEFAULT_TEXTS", "QWEN_SPECIAL_TOKENS", "QWEN_TEXTS", "TOKENIZER_FILES", "PathLike", "prepare_dir",
-           "train_tiny_qwen_tokenizer", "train_tiny_tokenizer"]
+#: CLIP's special tokens, right after the byte-level symbols and their end-of-word forms (ids 512 and 513 here,
+#: 49406 and 49407 in the released tokenizer): the end token has the highest id, as CLIP's pooling expects.
+CLIP_SPECIAL_TOKENS = ("<|startoftext|>", "<|endoftext|>")
+
+
+def save_tiny_clip_tokenizer(out_dir: PathLike, context: int) -> Path:
+    """Save a CLIP tokenizer without merges (every word is spelt byte by byte, the last byte as ``x</w>``).
+
+    CLIP's own normalisation, split pattern and layout (BOS ``<|startoftext|>`` and EOS ``<|endoftext|>``, added
+    around every text, with the highest ids); ``model_max_length`` is the text tower's ``context``. Vocabulary:
+    514 tokens.
+
+    Returns:
+        ``out_dir`` as a ``Path``.
+    """
+    from transformers import CLIPTokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    symbols = list(bytes_to_unicode().values())
+    vocab = {symbol: index for index, symbol in enumerate(symbols)}
+    vocab.update({symbol + "</w>": len(symbols) + index for index, symbol in enumerate(symbols)})
+    vocab.update({token: 2 * len(symbols) + index for index, token in enumerate(CLIP_SPECIAL_TOKENS)})
+    path = prepare_dir(out_dir)
+    CLIPTokenizer(vocab=vocab, merges=[], model_max_length=context).save_pretrained(path)
+    return path
+
+
+__all__ = ["CLIP_SPECIAL_TOKENS", "DEFAULT_TEXTS", "QWEN_SPECIAL_TOKENS", "QWEN_TEXTS", "TOKENIZER_FILES", "PathLike",
+           "prepare_dir", "save_tiny_clip_tokenizer", "train_tiny_qwen_tokenizer", "train_tiny_tokenizer"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .tiny_tokenizers import PathLike, prepare_dir
+from .tiny_tokenizers import CLIP_SPECIAL_TOKENS, PathLike, prepare_dir, save_tiny_clip_tokenizer
 
 
 def save_tiny_model(model_factory: Any, path: Path, seed: int) -> None:
@@ -24,10 +24,18 @@ def _check_tiling(image_size: int, patch_size: int, exact: bool) -> None:
         raise ValueError(f"image_size {image_size} must be {need} patch_size {patch_size}")
 
 
-def _tiny_text_config(config_class: Any, hidden: int, heads: int, **extra: Any) -> Any:
-    """A one-layer text tower config: only there so that a whole CLIP/SigLIP checkpoint can be saved."""
+#: Context length of the tiny text towers (CLIP's is 77): short, so that a question spans several segments.
+TINY_TEXT_CONTEXT = 16
+
+
+def _tiny_text_config(config_class: Any, hidden: int, heads: int, vocab_size: int = 64, **extra: Any) -> Any:
+    """A one-layer text tower config (the whole CLIP/SigLIP checkpoint a release ships).
+
+    ``eos_token_id`` 2 is the released CLIP configs' value, with which CLIP pools at the highest id in each row (its
+    end token, last in the vocabulary).
+    """
     return config_class(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                        num_attention_heads=heads, vocab_size=64, max_position_embeddings=16,
+                        num_attention_heads=heads, vocab_size=vocab_size, max_position_embeddings=TINY_TEXT_CONTEXT,
                         bos_token_id=1, eos_token_id=2, pad_token_id=0, **extra)
 
 
@@ -47,8 +55,9 @@ def build_tiny_clip_tower(
     The patch grid is ``(image_size // patch_size)`` per side: 32/8 → 4x4 (16 tokens, plus CLS), 48/8 → 6x6.
 
     Args:
-        full_model: Save a whole ``CLIPModel`` (``model_type "clip"``, text tower included, as the released
-            ``openai/clip-vit-*`` checkpoints) instead of a ``CLIPVisionModel`` (``clip_vision_model``).
+        full_model: Save a whole ``CLIPModel`` (``model_type "clip"``: text tower, both projections and a CLIP
+            tokenizer, as the released ``openai/clip-vit-*`` checkpoints; see :func:`save_tiny_clip_tokenizer`)
+            instead of a ``CLIPVisionModel`` (``clip_vision_model``).
 
     Returns:
         ``out_dir`` as a ``Path``.
@@ -67,9 +76,10 @@ def build_tiny_clip_tower(
     )
     path = prepare_dir(out_dir)
     if full_model:
-        text = _tiny_text_config(CLIPTextConfig, hidden, heads, projection_dim=hidden)
+        text = _tiny_text_config(CLIPTextConfig, hidden, heads, vocab_size=512 + len(CLIP_SPECIAL_TOKENS), projection_dim=hidden)
         config = CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=hidden)
         save_tiny_model(lambda: CLIPModel(config), path, seed)
+        save_tiny_clip_tokenizer(path, TINY_TEXT_CONTEXT)
     else:
         save_tiny_model(lambda: CLIPVisionModel(vision), path, seed)
     processor = CLIPImageProcessorPil(

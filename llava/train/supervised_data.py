@@ -33,7 +33,7 @@ from tqdm import tqdm
 from llava.constants import DEFAULT_IMAGE_TOKEN, IGNORE_INDEX, IMAGE_TOKEN_INDEX
 from llava.conversation import Conversation
 from llava.mm_utils import ImageUnreadable, open_image, process_images, process_video
-from llava.model.compressor_text import question_ids
+from llava.model.compressor_text import QuestionEncoder
 from llava.utils import UserError
 from llava.video import SampledVideo, VideoUnreadable, import_av, load_video
 
@@ -289,7 +289,9 @@ class LazySupervisedDataset(Dataset):
             ``[F, 3, H, W]`` (its frames), ``"image_size"`` (a frame's ``(width, height)``) and ``"modality"``
             ``"video"``.
         questions: Add ``"question_ids"`` (``[L]``): the question of the sample's first human turn, for a
-            compressor that reads it (:func:`llava.model.compressor_text.question_ids`, as question-conditioned releases train).
+            compressor that reads it, as question-conditioned releases train: a
+            :class:`~llava.model.compressor_text.QuestionEncoder` (the compressor's tokenizer and text), or ``True``
+            for the LLM's tokenizer (:func:`llava.model.compressor_text.question_ids`).
     """
 
     #: Slots of the shared skip counter: the main process and up to this many - 1 dataloader workers.
@@ -308,11 +310,11 @@ class LazySupervisedDataset(Dataset):
         mm_use_im_start_end: bool = False,
         skip_bad_images: bool = False,
         video: VideoSettings | None = None,
-        questions: bool = False,
+        questions: QuestionEncoder | bool | None = None,
     ) -> None:
         self.records = list(records)
         self.video = video or VideoSettings()
-        self.questions = questions
+        self.questions = QuestionEncoder(tokenizer) if questions is True else questions or None
         self.skip_bad_images = skip_bad_images
         # Shared memory, one slot per worker: dataloader workers are other processes, and each adds to its own
         # slot so that no count is lost to a race; the main process reads the sum.
@@ -377,7 +379,7 @@ class LazySupervisedDataset(Dataset):
         except ValueError as error:
             raise ValueError(f"{_describe(index, record)}: {error}") from None
         if self.questions:
-            sample["question_ids"] = question_ids([render(turns, self.conv).text], self.tokenizer, self.conv)[0]
+            sample["question_ids"] = self.questions([render(turns, self.conv).text], self.conv)[0]
         path = image_path(record, self.image_folder) if self.multimodal else None
         if path is not None:
             self._check_marker_kept(sample["input_ids"], index, record)

@@ -51,7 +51,7 @@ from transformers import Trainer, enable_full_determinism, set_seed
 from llava import conversation as conversation_lib  # upstream's alias, which forks import from here
 from llava.conversation import check_template_fits
 from llava.model.checks import check_model_path, check_patch_merge
-from llava.model.compressor_text import text_need
+from llava.model.compressor_text import question_encoder
 from llava.outputs import MARKER, check_output_folder, check_outputs, disk_errors, is_ours, write_text
 from llava.train.arguments import DataArguments, ModelArguments, TrainingArguments, parse_arguments
 from llava.train.data_mixture import source_files
@@ -224,7 +224,7 @@ def _train(attn_implementation: str | None, argv: Sequence[str] | None) -> Train
     data_view = SimpleNamespace(**{
         **vars(data_args), "image_processor": image_processor, "mm_use_im_start_end": model_args.mm_use_im_start_end,
         "image_grid_pinpoints": getattr(llava_config(model), "image_grid_pinpoints", None),
-        "questions": text_need(model) == "question",
+        "questions": question_encoder(model, tokenizer),
     })
     data_module = make_supervised_data_module(tokenizer, data_view, conv=conv, records=records)
     dataset = data_module["train_dataset"]

@@ -167,7 +167,8 @@ def make_supervised_data_module(tokenizer: Any, data_args: Any, *, conv: Any = N
         tokenizer: The LLM's tokenizer (right padding; ``model_max_length`` set).
         data_args: ``DataArguments`` plus what upstream's ``train()`` sets on it: ``image_processor`` (``None``
             for text-only training) and ``mm_use_im_start_end``; ``image_grid_pinpoints`` as stored in config.json
-            for AnyRes; ``questions`` (True when the compressor reads each sample's question).
+            for AnyRes; ``questions`` (the compressor's :class:`~llava.model.compressor_text.QuestionEncoder` when it
+            reads each sample's question, ``True`` for the LLM's tokenizer, else ``None``).
         conv: The training template; default ``llava.conversation.default_conversation``.
         records: Records already read and checked (:func:`load_training_records`); read from ``data_path`` if None.
     """
@@ -198,7 +199,7 @@ def dataset_options(data_args: Any) -> dict[str, Any]:
         "image_grid_pinpoints": getattr(data_args, "image_grid_pinpoints", None),
         "mm_use_im_start_end": bool(getattr(data_args, "mm_use_im_start_end", False)),
         "skip_bad_images": bool(getattr(data_args, "skip_bad_samples", False)), "video": VideoSettings.from_args(data_args),
-        "questions": bool(getattr(data_args, "questions", False)),
+        "questions": getattr(data_args, "questions", None),  # a QuestionEncoder is passed on as it is, not as True
     }
 
 

