@@ -232,13 +232,14 @@ def view_of(inputs: ViewInputs, pictures: list[Any], help_text: str, breakdown: 
                           {key: np.asarray(value) for key, value in details.items() if isinstance(value, (list, np.ndarray))})
 
 
-def select_layer_attention(inputs: ViewInputs) -> tuple[Any, Any]:
-    """``(tower, its encode output)`` for ``inputs.pixels`` with the attention, queries and keys of the layer that
-    produced the select layer's features (``ModelNeeds(attention=0)``: what VisionZip and VisPruner read)."""
+def select_layer_attention(inputs: ViewInputs, offset: int = 0) -> tuple[Any, Any]:
+    """``(tower, its encode output)`` for ``inputs.pixels`` with the attention, queries and keys of the layer the model
+    reads for ``ModelNeeds(attention=offset)``: ``0`` the layer that produced the select layer's features (VisionZip,
+    VisPruner), ``1`` the next one (PruMerge)."""
+    from llava.serve.panels import tower_attention
+
     model = inputs.model
-    tower = model.get_vision_tower()
-    with torch.no_grad():
-        return tower, tower.encode(inputs.pixels, attention_layer=int(getattr(model.config, "mm_vision_select_layer", -2)))
+    return model.get_vision_tower(), tower_attention(model, inputs.pixels, offset)
 
 
 def regions_view(projector: Any, inputs: ViewInputs) -> Any:

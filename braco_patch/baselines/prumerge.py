@@ -70,6 +70,7 @@ from ._plugin import (
     name_count,
     projector_part,
     scale_parts,
+    select_layer_attention,
     view_of,
 )
 
@@ -347,9 +348,7 @@ def _view(projector: Any, inputs: ViewInputs) -> Any:
     from llava.serve.panels import kept_positions_picture
 
     module = projector.compressor
-    model = inputs.model
-    tower = model.get_vision_tower()
-    out = tower.encode(inputs.pixels, attention_layer=int(getattr(model.config, "mm_vision_select_layer", -2)))
+    _, out = select_layer_attention(inputs, PLUGIN.needs.attention)  # the layer the model reads (ModelNeeds(attention=1))
     scores = importance_scores(out.attention.float(), out.features.shape[1])
     kept = module.select(scores)[0].tolist()  # one image; adaptive mode gives a list, fixed-K a [1, M] tensor
     mode = "IQR outliers" if module.budget is None else f"top {module.kept_tokens} by CLS attention"

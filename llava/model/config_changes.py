@@ -24,10 +24,13 @@ from llava.utils import UserError
 from .checkpoint_layout import CONFIG_FILE, read_config_file
 from .checks import check_llava_config, check_llava_key_types, reading_config
 
-#: Config keys that fix the shapes of a checkpoint's weights (the LLM's and the projector's).
+#: Config keys that fix the shapes of a checkpoint's weights (the LLM's and the projector's input). Not
+#: ``mm_projector_type``: another type is NeXT's way to put a training-free compressor in front of the checkpoint's
+#: projector (``--projector-type``), and the projector's weights are checked by name and shape when they load, so a
+#: type whose weights differ is refused there, naming the missing and unexpected keys.
 SHAPE_KEYS = (
     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "vocab_size", "mm_hidden_size", "mm_projector_type",
+    "vocab_size", "mm_hidden_size",
 )
 
 

@@ -30,7 +30,7 @@ import torch
 from PIL import Image
 
 from llava.mm_utils import process_images
-from llava.model.image_encoding import grid_shape
+from llava.model.image_encoding import attention_layer_for, grid_shape
 from llava.model.multimodal_projector.plugins import plugin_for
 from llava.plugin_api import CompressorPlugin, CompressorView, Picture, ViewInputs
 
@@ -118,6 +118,17 @@ def regions_picture(title: str, image: np.ndarray, labels: np.ndarray) -> Pictur
 
 
 # ---------------------------------------------------------------------------------------------- computing
+
+
+def tower_attention(model: Any, pixels: torch.Tensor, offset: int) -> Any:
+    """The tower's :meth:`encode` output for ``pixels`` with the attention, queries and keys of the layer a compressor
+    declaring ``ModelNeeds(attention=offset)`` reads in the model: the model's own rule
+    (:func:`llava.model.image_encoding.attention_layer_for`), so a panel shows what the model uses."""
+    tower = model.get_vision_tower()
+    layer = attention_layer_for(int(getattr(model.config, "mm_vision_select_layer", -2)), int(tower.config.num_hidden_layers), offset,
+                                getattr(model.config, "mm_projector_type", None))
+    with torch.no_grad():
+        return tower.encode(pixels, attention_layer=layer)
 
 
 def method_of(model: Any) -> tuple[CompressorPlugin, str] | None:
@@ -267,6 +278,7 @@ def view_payload(view: CompressorView | None) -> dict[str, Any]:
 
 
 __all__ = [
+    "tower_attention",
     "CompressorView",
     "Picture",
     "ViewInputs",

@@ -393,9 +393,11 @@ def test_serves_in_the_demo_with_its_panel(name, loaded_baselines, tiny_image_fi
     projector = model.get_model().mm_projector
     view = compute_view(model, processor, Image.open(tiny_image_file).convert("RGB"))
     if name.startswith("prumerge"):
-        # Independent: the eager CLIP forward's layer-1 attention (select layer -2 of 2), CLS row, heads averaged.
+        # Independent: the eager CLIP forward's layer-2 attention, CLS row, heads averaged: the layer after the one that
+        # produced the select layer's features (-2 of 2 layers: layer 1's output), which the model reads too
+        # (ModelNeeds(attention=1); the release hooks layers[23] of CLIP-L at -2). The panel read layer 1 before.
         with torch.no_grad():
-            attention = _eager_tower(tiny_tower_dir, "clip")(pixels, output_attentions=True).attentions[0]
+            attention = _eager_tower(tiny_tower_dir, "clip")(pixels, output_attentions=True).attentions[1]
         row = attention[0, :, 0, 1:].mean(0).numpy()
         assert sorted(payload["kept"]) == sorted(np.argsort(-row)[: BUDGET[name] - 1].tolist())
     elif name.startswith("fouriervlm"):

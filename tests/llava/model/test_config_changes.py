@@ -66,3 +66,12 @@ def test_n01_overwritten_values_are_checked_at_load_not_at_the_first_video(ov_ch
     # Before: the string stride loaded, and was refused only at the first video generate.
     with pytest.raises(UserError, match=message):
         _load(ov_checkpoint[0], overwrite_config=overwrite)
+
+
+def test_another_projector_type_is_let_through_and_its_weights_are_checked_when_they_load(ov_checkpoint) -> None:
+    # mm_projector_type is how NeXT's overwrite_config (and --projector-type) puts a training-free compressor in front
+    # of a checkpoint's projector; a type whose weights the checkpoint lacks is refused by the projector's own load,
+    # naming the keys, not by the config check.
+    path = ov_checkpoint[0]
+    with pytest.raises((UserError, ValueError), match=r"braco_c2s5.*(missing|lacks)|(missing|lacks).*polar_proj"):
+        _load(path, overwrite_config={"mm_projector_type": "braco_c2s5"})
