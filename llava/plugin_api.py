@@ -930,7 +930,7 @@ class CompressorPlugin:
 # ---------------------------------------------------------------------------------------------- the in-LLM reducer
 
 #: The query rows a reducer may ask :meth:`ReducerContext.attention` for by name: ``last`` is each row's last
-#: instruction token (FastV's and PyramidDrop's query), ``text`` every instruction token (the same count per row).
+#: instruction token (the query of a method ranking image tokens by the instruction's attention), ``text`` every instruction token (the same count per row).
 REDUCER_QUERIES = ("last", "text")
 
 
@@ -952,7 +952,7 @@ class ReducerContext:
         position_ids: ``[B, T]`` each row's original position (RoPE's position; dropping never shifts it).
         attend: The seam's ``attend(queries, layer) -> [B, H, Q, T]``; call :meth:`attention` instead.
         prompt_visual: ``[B]`` each row's image tokens in the prompt, before any reducer dropped some (a budget taken
-            as a fraction of the image, as PyramidDrop's stages take it).
+            as a fraction of the image, as a method of stages takes it).
     """
 
     layer: int
@@ -975,7 +975,7 @@ class ReducerContext:
             queries: ``"last"`` / ``"text"`` (:data:`REDUCER_QUERIES`), or a ``[B, T]`` bool mask with the same count
                 of ``True`` per row.
             layer: ``None`` for this layer, or the one before it (``layer - 1``, whose input the seam keeps for a
-                reducer whose :attr:`Reducer.attention_layer` says so: FastV reads the attention of the layer
+                reducer whose :attr:`Reducer.attention_layer` says so: a method may rank by the attention of the layer
                 before the one it prunes at).
         """
         return self.attend(queries, self.layer if layer is None else layer)
@@ -997,7 +997,7 @@ class Reduction:
 
 
 class Reducer:
-    """One reduction step at one decoder layer; a reducer type builds one or more (PyramidDrop: one per stage).
+    """One reduction step at one decoder layer; a reducer type builds one or more (a method of stages: one per stage).
 
     Subclasses set :attr:`layer` (and :attr:`attention_layer` when they read the attention of the layer before) and
     implement ``__call__(ctx) -> Reduction``. :attr:`query_rows` is for the cost count: the query rows one selection
@@ -1021,7 +1021,7 @@ class ReducerBuild:
     """What a reducer type's factory (and its cost count) gets.
 
     Attributes:
-        name: The type, as the user wrote it (``fastv_k2_r50``).
+        name: The type, as the user wrote it (``mydrop_k2_r50``).
         values: Its :class:`NameForm` values (``{"K": 2, "R": 50}``).
         lm: The LLM's dimensions (its ``layers`` bound every layer a reducer names).
     """
@@ -1040,7 +1040,7 @@ class ReducerType:
     """One name form of a reducer plugin and its factory ``factory(ReducerBuild) -> [Reducer, ...]``.
 
     Args:
-        form: The names (``NameForm("fastv_k{K}_r{R}")``).
+        form: The names (``NameForm("mydrop_k{K}_r{R}")``).
         factory: Builds the steps; refuses a name it cannot run (a layer past the LLM's last) with ``build.refuse``.
         description: One line for listings and ``--help``.
         examples: Names the test suite runs on a tiny LLM (2 decoder layers) through the real seam.

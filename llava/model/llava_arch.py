@@ -376,7 +376,7 @@ class LlavaMetaForCausalLM(ABC):
         return self.get_model().get_vision_tower()
 
     def set_reducer(self, name: str | None) -> None:
-        """Run the in-LLM reducer ``name`` (a registered type such as ``fastv_k2_r50``; ``None`` or ``"none"``: no
+        """Run the in-LLM reducer ``name`` (a registered type such as ``mydrop_k2_r50``; ``None`` or ``"none"``: no
         reducer) on every prompt with images from now on (:mod:`llava.model.reducers`)."""
         set_reducer(self, name)
 

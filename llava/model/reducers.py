@@ -3,7 +3,7 @@
 In-LLM methods (:class:`llava.plugin_api.ReducerPlugin`) register here, by hand (:func:`register_reducer_plugin`) or
 through the ``llava.reducers`` entry-point group (setup.py): each entry point names a module whose import registers
 its plugins. A type is chosen at run time, on any loaded LLaVA model whatever its projector (``--reducer
-fastv_k2_r50``): :func:`set_reducer` builds its steps against the model's LLM and installs the seam
+mydrop_k2_r50``): :func:`set_reducer` builds its steps against the model's LLM and installs the seam
 (:mod:`llava.model.reduction`) once. Nothing here names a method.
 """
 
@@ -55,7 +55,7 @@ def reducer_plugins() -> tuple[ReducerPlugin, ...]:
 
 
 def reducer_spellings() -> str:
-    """How users write the reducer types, for messages and ``--help`` (``fastv_k{K}_r{R}, ...``)."""
+    """How users write the reducer types, for messages and ``--help`` (``mydrop_k{K}_r{R}, ...``)."""
     spelled = [entry.form.spelling for plugin in reducer_plugins() for entry in plugin.reducers]
     return ", ".join(spelled) if spelled else "(no reducer plugin is installed)"
 
