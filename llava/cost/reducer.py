@@ -1,4 +1,4 @@
-"""The LLM prefill of an in-LLM reducer, counted layer by layer (``braco cost --reducer NAME``).
+"""The LLM prefill of an in-LLM reducer, counted layer by layer (the cost command's ``--reducer NAME``).
 
 Accounting (stated with every table, never averaged over layers): each decoder layer ``l`` runs its q/k/v/o
 projections and its MLP on its own token count ``T_l = text + visual_l`` (``visual_l`` from the plugin's
@@ -77,7 +77,7 @@ def reducer_prefill(name: str, lm: LMDims, visual: int, text: int, *, count_atte
     choice = resolve_reducer(name)
     cost = choice.plugin.cost
     if cost is None or cost.layer_tokens is None:
-        raise UserError(f"reducer {name!r} ({choice.plugin.name}) declares no per-layer token count, so braco cost cannot count it")
+        raise UserError(f"reducer {name!r} ({choice.plugin.name}) declares no per-layer token count, so its cost cannot be counted")
     per_layer = list(cost.layer_tokens(choice.build(lm), visual))
     if len(per_layer) != lm.layers:
         raise ValueError(f"reducer {name!r} counted {len(per_layer)} layers for a {lm.layers}-layer LLM")
