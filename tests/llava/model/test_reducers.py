@@ -251,3 +251,37 @@ def test_the_state_is_an_argument_not_model_state(family) -> None:
     finally:
         model.set_reducer(None)
     assert not any(STATE_KEY in name for name in vars(model))
+
+
+def test_kept_rows_equal_a_full_model_that_masks_the_dropped_tokens_from_the_reducer_on(family) -> None:
+    """Independent of the seam's slicing: the full sequence runs every layer, and from layer K on a hand-made 4-D mask
+    hides the dropped image tokens; kept rows must come out the same (original RoPE positions, the same keys)."""
+    from llava.model.reducers import prompt_reduction
+
+    tokenizer, model, image_processor, _ = family("llama")
+    _, ids, _, images = _batch("llama", tokenizer, image_processor, model, count=1)
+    model.set_reducer("fastv_k2_r75")
+    try:
+        with torch.inference_mode():
+            visual = []
+            _, _, mask, _, embeds, _ = model.prepare_inputs_labels_for_multimodal(ids, None, None, None, None, images, visual_out=visual)
+            state = prompt_reduction(model, visual[0], mask)
+            reduced = model.get_model()(inputs_embeds=embeds, use_cache=False, llava_reduction=state).last_hidden_state
+    finally:
+        model.set_reducer(None)
+    kept = state.kept[2][0]
+    length = embeds.shape[1]
+    allowed = torch.ones(length, length, dtype=torch.bool).tril()
+    allowed[:, ~torch.isin(torch.arange(length), kept)] = False
+    allowed |= torch.eye(length, dtype=torch.bool)  # dropped rows still attend to themselves (their output is unused)
+    hidden_mask = torch.zeros(1, 1, length, length).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    hooks = [layer.register_forward_pre_hook(lambda m, args, kwargs: (args, {**kwargs, "attention_mask": hidden_mask}), with_kwargs=True)
+             for layer in model.get_model().layers[2:]]
+    try:
+        with torch.inference_mode():
+            full = model.get_model()(inputs_embeds=embeds, use_cache=False).last_hidden_state
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert reduced.shape[1] == length - 36 + 9
+    torch.testing.assert_close(reduced[0], full[0, kept], atol=1e-5, rtol=1e-5)
