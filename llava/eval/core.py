@@ -59,10 +59,10 @@ from llava.eval.items import (
 from llava.eval.provenance import Provenance, model_files, producer_record, records_fingerprint
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
-from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
+from llava.generation import GenerationConfig, LlavaGenerator, check_reducer_flag, default_dtype, load_generator, resolve_device
 from llava.model.context_length import PromptTooLong
 from llava.model.fast_flag import add_fast_flag, resolve_fast
-from llava.utils import UserError, setup_logging
+from llava.utils import UserError, add_reducer_flag, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -247,6 +247,7 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
                         help="evaluate the checkpoint with this projector type instead of its config's mm_projector_type "
                              "(e.g. a training-free compressor in front of an mlp2x_gelu checkpoint's MLP); "
                              "the checkpoint's projector weights must load into it unchanged")
+    add_reducer_flag(parser)
     for key, description in _runtime_flags():
         parser.add_argument(f"--{key}", dest=key, type=str, default=None, metavar="VALUE", help=description)
     add_backend_flags(parser)
@@ -428,6 +429,7 @@ def run_parsed(
     device = resolve_device(args.device)
     fast = resolve_fast(getattr(args, "fast", None), device)
     settings = projector_settings(args)
+    check_reducer_flag(args)
     backend = loader_backend(args, settings)
     check_template_name(args.conv_mode)
     guard_outputs(inputs={"--question-file": args.question_file}, files={"--answers-file": args.answers_file})

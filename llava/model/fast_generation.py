@@ -77,11 +77,17 @@ def fast_path(model: Any) -> FastGeneration | None:
     return getattr(model, ATTRIBUTE, None)
 
 
+#: Why a model with an in-LLM reducer generates eagerly.
+REDUCER_REFUSAL = "an in-LLM reducer (--reducer) shortens the sequence inside the LLM, which the static KV cache cannot hold"
+
+
 def _refusal(model: Any) -> str | None:
     if not hasattr(model, "prepare_inputs_labels_for_multimodal"):
         return f"{type(model).__name__} is not a LLaVA model"
     if getattr(model.config, "quantization_config", None) is not None:
         return "the model is quantized (8-bit or 4-bit weights)"
+    if getattr(model, "reducers_active", lambda: False)():
+        return REDUCER_REFUSAL
     implementation = getattr(model.config, "_attn_implementation", None) or "eager"
     if implementation not in MASK_KINDS:
         return f"its attention implementation {implementation!r} takes no 4-D mask (use sdpa or eager)"
@@ -184,6 +190,8 @@ class FastGeneration:
         force in this thread), or ``None`` when the call goes to the eager path (the first time for each reason,
         logged)."""
         plan, why = decode_plan(self.model_generation_config, options) if self.broken is None else (None, self.broken)
+        if plan is not None and self.model.reducers_active():  # a reducer set after --fast was applied
+            plan, why = None, REDUCER_REFUSAL
         if plan is None:
             self._say(f"{why} is not on the fast path; such calls generate eagerly")
             yield None

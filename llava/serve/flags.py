@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from llava.model.fast_flag import add_fast_flag, resolve_fast
 from llava.numeric import MAX_COUNT, MAX_MEGAPIXELS, MAX_MIB, MAX_SECONDS, number_type, seconds_type
-from llava.utils import UserError
+from llava.utils import UserError, add_reducer_flag
 
 from .webapi import ServerLimits
 
@@ -101,6 +101,7 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
     add_flag(parser, "--load-4bit", action="store_true")
     add_flag(parser, "--use-flash-attn", action="store_true")
     add_flag(parser, "--limit-model-concurrency", type=COUNT, default=5, help="requests that use the model at once")
+    add_reducer_flag(parser)
 
 
 def model_device(args: argparse.Namespace) -> str:
