@@ -1,0 +1,202 @@
+"""SparseVLM (Zhang et al., ICML 2025, "SparseVLM: Visual Token Sparsification for Efficient VLM Inference";
+Gumpest/SparseVLMs): text-guided pruning of the image tokens inside the LLM, at three layers, with the
+dropped tokens partly recycled into merged tokens.
+
+The steps, as the repository's LLaVA code runs them (``LlamaDynamicvitModel.forward`` in
+``llava/model/language_model/modelling_sparse_llama.py``, ``score.py`` and ``utils.py`` at 26a5f48, default
+``USE_VERSION=1_0``; the paper's §3):
+
+1. **Text raters** (§3.2), once, on the LLM's input embeddings: ``p = softmax_text(V Tᵀ)`` averaged over the
+   image tokens; the instruction tokens (everything after the image) whose ``p`` exceeds the mean of ``p`` rate
+   the image (:func:`select_raters`).
+2. **Relevance** (§3.3), after each sparsification layer ``ℓ ∈ {2, 6, 15}`` has run: layer ``ℓ``'s softmaxed
+   attention, averaged over heads and over the raters' rows, scores every image token
+   (:func:`visual_relevance`).
+3. **Deletion** (§3.3): the top ``k`` image tokens by relevance stay (:func:`keep_top_visual`), ``k`` from a
+   fixed per-budget schedule (:data:`SCHEDULES`, :func:`stage_keep_count`).
+4. **Recycling** (§3.4): of the dropped tokens, the ``⌊0.3·n⌋ + 1`` most relevant are clustered by density
+   peaks (DPC-kNN) into ``⌊m/10⌋ + 1`` clusters whose means come back as new image tokens
+   (:func:`recycle_candidates`, :func:`density_peak_centers`, :func:`merge_clusters`).
+
+Where the code and the paper disagree, this file follows the code:
+
+- the paper sets the deletion count adaptively from the rank of the text–image attention matrix; the code
+  reads a fixed table (``sparse_token_dict``) — kept image tokens at layers 2, 6, 15 — chosen so the
+  *layer average* over 32 layers is the budget (192: 2·576 + 4·300 + 10·200 + 16·110 ≈ 192·32), before the
+  recycled tokens are added; :func:`kept_per_stage` gives the true per-layer counts;
+- DPC-kNN's neighbourhood size is the cluster count (the code passes ``cluster_num`` as both);
+- the code adds ``1e-6 · U(0, 1)`` noise to the densities to break ties, which are common (with two
+  neighbours every mutual-nearest pair ties); here the lower index wins a tie, reproducibly, unless the
+  caller passes the noise (:func:`density_peak_centers`);
+- the code places the recycled tokens right after the kept image tokens and renumbers every position id
+  contiguously from 0 (v1.0); here each recycled token takes the position of its cluster's centre (a dropped
+  image token) and every token keeps its original position id, as the in-LLM seam does for every reducer
+  (v2.0 of the code keeps position ids too);
+- the code reads batch row 0 only (``mask[0][indices] = 1``); here every row runs its own selection.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "RECYCLE_FRACTION",
+    "SCHEDULES",
+    "SPARSE_LAYERS",
+    "density_peak_centers",
+    "keep_top_visual",
+    "kept_per_stage",
+    "merge_clusters",
+    "recycle",
+    "recycle_candidates",
+    "select_raters",
+    "sparsevlm_stage",
+    "stage_keep_count",
+    "visual_relevance",
+]
+
+#: Layers after which the image tokens are sparsified (``pruning_loc``).
+SPARSE_LAYERS = (2, 6, 15)
+
+#: Budget (the paper's "tokens", a 32-layer average) → image tokens kept at each of :data:`SPARSE_LAYERS`
+#: before recycling (``score.py``, v1.0).
+SCHEDULES: dict[int, tuple[int, int, int]] = {
+    192: (300, 200, 110),
+    128: (303, 110, 36),
+    96: (238, 48, 26),
+    64: (66, 30, 17),
+}
+
+#: Share of the dropped tokens that are recycled (the ``+ 1`` is the code's).
+RECYCLE_FRACTION = 0.3
+#: Recycled tokens per cluster (``⌊m / 10⌋ + 1`` clusters).
+TOKENS_PER_CLUSTER = 10
+#: The merge's denominator guard (``all_weight + 1e-6``).
+MERGE_EPS = 1e-6
+
+
+def select_raters(embeds: torch.Tensor, visual: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """Text raters from the LLM's input embeddings ``[B, T, D]``; bool ``visual``/``text`` ``[B, T]`` →
+    bool ``[B, T]``, true at the instruction tokens whose mean image attention exceeds the mean."""
+    raters = torch.zeros_like(text)
+    for b in range(embeds.shape[0]):
+        scores = (embeds[b, visual[b]] @ embeds[b, text[b]].T).softmax(dim=-1).mean(dim=0)
+        raters[b, text[b].nonzero().squeeze(-1)] = scores > scores.mean()
+    return raters
+
+
+def visual_relevance(rows: torch.Tensor, raters: torch.Tensor) -> torch.Tensor:
+    """Softmaxed attention ``rows`` ``[B, H, Q, T]`` of Q query positions and bool ``raters`` ``[B, Q]`` (which
+    of those queries rate) → ``[B, T]``, the attention averaged over heads, then over the raters."""
+    per_query = rows.mean(dim=1)
+    weights = raters.to(per_query.dtype)
+    return (weights.unsqueeze(-1) * per_query).sum(dim=1) / weights.sum(dim=1, keepdim=True)
+
+
+def stage_keep_count(budget: int, stage: int, n_visual: int) -> int:
+    """Image tokens the schedule keeps at ``stage`` (0, 1, 2) out of ``n_visual``; at least one is dropped."""
+    if budget not in SCHEDULES:
+        raise ValueError(f"SparseVLM budget {budget} is not one of {sorted(SCHEDULES)}.")
+    return min(SCHEDULES[budget][stage], n_visual - 1)
+
+
+def keep_top_visual(relevance: torch.Tensor, visual: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool ``[B, T]``: the ``k`` image positions of highest ``relevance`` ``[B, T]`` in every row."""
+    scores = relevance.masked_fill(~visual, float("-inf"))
+    kept = torch.zeros_like(visual)
+    return kept.scatter(1, scores.topk(k, dim=1).indices, True)
+
+
+def recycle_candidates(relevance: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
+    """One row: ``relevance`` ``[T]``, bool ``dropped`` ``[T]`` → the ``⌊0.3·n⌋ + 1`` most relevant dropped
+    positions, most relevant first."""
+    positions = dropped.nonzero().squeeze(-1)
+    count = int(positions.numel() * RECYCLE_FRACTION) + 1
+    return positions[relevance[positions].topk(count).indices]
+
+
+def density_peak_centers(
+    x: torch.Tensor, clusters: int, noise: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DPC-kNN on ``x`` ``[M, D]`` with ``clusters`` centres and neighbours → (centre indices ``[clusters]``,
+    best first; the cluster ``[M]`` each row joins, numbered in centre order).
+
+    Distances are Euclidean over ``√D``; a row's density is ``exp(−mean d²)`` over its ``clusters`` nearest
+    rows (itself included); its separation is the distance to the nearest denser row (the largest distance of
+    all for the densest); centres have the largest ``density · separation``; every row joins its nearest
+    centre and every centre its own cluster. Equal densities are common (with two neighbours, every mutual
+    nearest pair ties): ``noise`` ``[M]`` is added to the densities as the code adds ``1e-6 · U(0, 1)``, and a
+    tie that survives it leaves neither row denser, as in the code; without noise the lower index is denser.
+    """
+    dist = (x.unsqueeze(1) - x.unsqueeze(0)).norm(dim=-1) / x.shape[-1] ** 0.5
+    density = (-(dist.topk(clusters, dim=-1, largest=False).values ** 2).mean(dim=-1)).exp()
+    if noise is not None:
+        density = density + noise
+    denser = _denser(density, by_index=noise is None)
+    separation = dist.masked_fill(~denser, float(dist.max())).min(dim=-1).values
+    centers = (separation * density).topk(clusters).indices
+    assignment = dist[centers].argmin(dim=0)
+    assignment[centers] = torch.arange(clusters, device=x.device)
+    return centers, assignment
+
+
+def _denser(density: torch.Tensor, by_index: bool) -> torch.Tensor:
+    """Bool ``[M, M]``: row ``j`` is denser than row ``i`` at ``[i, j]``; ``by_index`` gives ties to the lower index."""
+    denser = density.unsqueeze(0) > density.unsqueeze(1)
+    if not by_index:
+        return denser
+    index = torch.arange(density.shape[0], device=density.device)
+    return denser | ((density.unsqueeze(0) == density.unsqueeze(1)) & (index.unsqueeze(0) < index.unsqueeze(1)))
+
+
+def merge_clusters(x: torch.Tensor, assignment: torch.Tensor, clusters: int) -> torch.Tensor:
+    """Cluster means ``[clusters, D]`` of ``x`` ``[M, D]``: each row is scaled by ``1 / (count + 1e-6)`` of its
+    cluster, then the rows are summed (the code's order of operations)."""
+    counts = x.new_zeros(clusters).index_add_(0, assignment, x.new_ones(x.shape[0]))
+    scaled = x / (counts + MERGE_EPS)[assignment].unsqueeze(-1)
+    return x.new_zeros(clusters, x.shape[-1]).index_add_(0, assignment, scaled)
+
+
+def recycle(
+    states: torch.Tensor, relevance: torch.Tensor, dropped: torch.Tensor, noise: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One row: ``states`` ``[T, D]`` → (positions of the cluster centres ``[C]``, merged states ``[C, D]``);
+    ``noise`` as in :func:`density_peak_centers`, one value per recycled candidate."""
+    candidates = recycle_candidates(relevance, dropped)
+    clusters = candidates.numel() // TOKENS_PER_CLUSTER + 1
+    centers, assignment = density_peak_centers(states[candidates], clusters, noise)
+    return candidates[centers], merge_clusters(states[candidates], assignment, clusters)
+
+
+def kept_per_stage(budget: int, n_visual: int = 576) -> tuple[int, int, int]:
+    """Image tokens after each sparsification layer, recycled tokens included (what the layers after it see)."""
+    counts = []
+    for stage in range(len(SPARSE_LAYERS)):
+        k = stage_keep_count(budget, stage, n_visual)
+        candidates = int((n_visual - k) * RECYCLE_FRACTION) + 1
+        n_visual = k + candidates // TOKENS_PER_CLUSTER + 1
+        counts.append(n_visual)
+    return tuple(counts)
+
+
+def sparsevlm_stage(
+    states: torch.Tensor, relevance: torch.Tensor, visual: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sparsification: ``states`` ``[B, T, D]`` (the sparsification layer's output), ``relevance`` and
+    bool ``visual`` ``[B, T]``, ``k`` kept → (sorted kept positions ``[B, T']``, their states ``[B, T', D]``,
+    merged tokens at their centres' positions)."""
+    counts = visual.sum(dim=1)
+    if bool((counts != counts[0]).any()):
+        raise ValueError(f"SparseVLM needs the same image-token count in every row, got {counts.tolist()}.")
+    top = keep_top_visual(relevance, visual, k)
+    keeps, rows = [], []
+    for b in range(states.shape[0]):
+        centers, merged = recycle(states[b], relevance[b], visual[b] & ~top[b])
+        keep_mask = ~visual[b] | top[b]
+        keep_mask[centers] = True
+        row = states[b].clone()
+        row[centers] = merged.to(row.dtype)
+        keep = keep_mask.nonzero().squeeze(-1)
+        keeps.append(keep)
+        rows.append(row[keep])
+    return torch.stack(keeps), torch.stack(rows)
