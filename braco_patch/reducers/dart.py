@@ -75,10 +75,7 @@ class DartConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"DART {name} must be a positive integer, got {value!r}.")
         if self.per_pivot < 1:
-            raise ValueError(
-                f"DART budget {self.budget} gives no claim per pivot; use at least "
-                f"{self.pivot_image + self.pivot_text} (one per pivot)."
-            )
+            raise ValueError(f"DART budget {self.budget} gives no claim per pivot; use at least {self.pivot_image + self.pivot_text} (one per pivot).")
 
     @property
     def per_pivot(self) -> int:
@@ -94,8 +91,7 @@ class DartConfig:
         """Refuse a budget the image cannot hold (the original's ``topk`` would fail)."""
         if self.kept > n_visual:
             raise ValueError(
-                f"DART budget {self.budget} keeps {self.kept} image tokens but the image has {n_visual}; "
-                f"use a budget below {n_visual - self.pivot_image}."
+                f"DART budget {self.budget} keeps {self.kept} image tokens but the image has {n_visual}; use a budget below {n_visual - self.pivot_image}."
             )
 
 
@@ -125,9 +121,7 @@ def least_similar(states: torch.Tensor, pivot: int, candidates: torch.Tensor, co
     return candidates[(-similarity).topk(count).indices]
 
 
-def select_row(
-    keys: torch.Tensor, states: torch.Tensor, visual: torch.Tensor, text: torch.Tensor, config: DartConfig
-) -> torch.Tensor:
+def select_row(keys: torch.Tensor, states: torch.Tensor, visual: torch.Tensor, text: torch.Tensor, config: DartConfig) -> torch.Tensor:
     """One sample: ``keys`` [T, H·d], final-normed ``states`` [T, D], bool ``visual``/``text`` [T] → sorted
     kept image positions, ``[config.kept]``."""
     norms = key_norms(keys)
@@ -143,9 +137,7 @@ def select_row(
     return torch.tensor(sorted(kept), dtype=torch.long, device=keys.device)
 
 
-def dart_keep(
-    keys: torch.Tensor, states: torch.Tensor, visual: torch.Tensor, text: torch.Tensor, config: DartConfig
-) -> torch.Tensor:
+def dart_keep(keys: torch.Tensor, states: torch.Tensor, visual: torch.Tensor, text: torch.Tensor, config: DartConfig) -> torch.Tensor:
     """The positions every row keeps: all non-image tokens and DART's image tokens, sorted, ``[B, T']``.
 
     Args:

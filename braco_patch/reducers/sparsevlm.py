@@ -21,9 +21,11 @@ The steps, as the repository's LLaVA code runs them (``LlamaDynamicvitModel.forw
 Where the code and the paper disagree, this file follows the code:
 
 - the paper sets the deletion count adaptively from the rank of the text–image attention matrix; the code
-  reads a fixed table (``sparse_token_dict``) — kept image tokens at layers 2, 6, 15 — chosen so the
-  *layer average* over 32 layers is the budget (192: 2·576 + 4·300 + 10·200 + 16·110 ≈ 192·32), before the
-  recycled tokens are added; :func:`kept_per_stage` gives the true per-layer counts;
+  reads a fixed table (``sparse_token_dict``) of image tokens kept after layers 2, 6, 15, chosen so that
+  ``(2·576 + 4·k₁ + 10·k₂ + 16·k₃) / 32`` is the budget (its comment); the layers really run 3, 4, 9 and 16
+  layers at 576, k₁, k₂, k₃ (a stage prunes its own layer's output), recycled tokens come on top, so the true
+  layer average is higher (≈ 79 before recycling for "64"); :func:`kept_per_stage` gives the per-layer
+  counts, which is what this project reports;
 - DPC-kNN's neighbourhood size is the cluster count (the code passes ``cluster_num`` as both);
 - the code adds ``1e-6 · U(0, 1)`` noise to the densities to break ties, which are common (with two
   neighbours every mutual-nearest pair ties); here the lower index wins a tie, reproducibly, unless the
@@ -115,9 +117,7 @@ def recycle_candidates(relevance: torch.Tensor, dropped: torch.Tensor) -> torch.
     return positions[relevance[positions].topk(count).indices]
 
 
-def density_peak_centers(
-    x: torch.Tensor, clusters: int, noise: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def density_peak_centers(x: torch.Tensor, clusters: int, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """DPC-kNN on ``x`` ``[M, D]`` with ``clusters`` centres and neighbours → (centre indices ``[clusters]``,
     best first; the cluster ``[M]`` each row joins, numbered in centre order).
 
@@ -157,9 +157,7 @@ def merge_clusters(x: torch.Tensor, assignment: torch.Tensor, clusters: int) -> 
     return x.new_zeros(clusters, x.shape[-1]).index_add_(0, assignment, scaled)
 
 
-def recycle(
-    states: torch.Tensor, relevance: torch.Tensor, dropped: torch.Tensor, noise: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def recycle(states: torch.Tensor, relevance: torch.Tensor, dropped: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One row: ``states`` ``[T, D]`` → (positions of the cluster centres ``[C]``, merged states ``[C, D]``);
     ``noise`` as in :func:`density_peak_centers`, one value per recycled candidate."""
     candidates = recycle_candidates(relevance, dropped)
@@ -179,9 +177,7 @@ def kept_per_stage(budget: int, n_visual: int = 576) -> tuple[int, int, int]:
     return tuple(counts)
 
 
-def sparsevlm_stage(
-    states: torch.Tensor, relevance: torch.Tensor, visual: torch.Tensor, k: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def sparsevlm_stage(states: torch.Tensor, relevance: torch.Tensor, visual: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One sparsification: ``states`` ``[B, T, D]`` (the sparsification layer's output), ``relevance`` and
     bool ``visual`` ``[B, T]``, ``k`` kept → (sorted kept positions ``[B, T']``, their states ``[B, T', D]``,
     merged tokens at their centres' positions)."""
