@@ -46,6 +46,7 @@ __all__ = [
     "pivot_order",
     "pivots",
     "select_row",
+    "visual_tokens_per_layer",
 ]
 
 #: Budgets the paper reports for LLaVA-1.5 (``max_num_trunction``: 192, 128, 64 of 576).
@@ -156,3 +157,11 @@ def dart_keep(keys: torch.Tensor, states: torch.Tensor, visual: torch.Tensor, te
         keep[select_row(keys[b], states[b], visual[b], text[b], config)] = True
         rows.append(keep.nonzero().squeeze(-1))
     return torch.stack(rows)
+
+
+def visual_tokens_per_layer(config: DartConfig, n_layers: int, n_visual: int = 576) -> tuple[int, ...]:
+    """Image tokens each decoder layer runs on: ``n_visual`` before layer ``K``, ``config.kept`` from it on."""
+    if not 0 < config.layer < n_layers:
+        raise ValueError(f"DART layer {config.layer} is not inside a {n_layers}-layer LLM; use 1 … {n_layers - 1}.")
+    config.check_fits(n_visual)
+    return tuple(n_visual if i < config.layer else config.kept for i in range(n_layers))

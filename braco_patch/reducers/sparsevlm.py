@@ -55,6 +55,7 @@ __all__ = [
     "sparsevlm_stage",
     "stage_keep_count",
     "visual_relevance",
+    "visual_tokens_per_layer",
 ]
 
 #: Layers after which the image tokens are sparsified (``pruning_loc``).
@@ -196,3 +197,16 @@ def sparsevlm_stage(states: torch.Tensor, relevance: torch.Tensor, visual: torch
         keeps.append(keep)
         rows.append(row[keep])
     return torch.stack(keeps), torch.stack(rows)
+
+
+def visual_tokens_per_layer(budget: int, n_layers: int, n_visual: int = 576) -> tuple[int, ...]:
+    """Image tokens each decoder layer runs on (recycled tokens included): a sparsification layer runs on what it
+    received and prunes its output, so layers ``0 … 2`` see ``n_visual``, ``3 … 6`` the first stage's count, …"""
+    if n_layers <= SPARSE_LAYERS[-1]:
+        raise ValueError(f"SparseVLM prunes after layer {SPARSE_LAYERS[-1]}; a {n_layers}-layer LLM is too shallow.")
+    counts, current = [], n_visual
+    stages = dict(zip(SPARSE_LAYERS, kept_per_stage(budget, n_visual)))
+    for layer in range(n_layers):
+        counts.append(current)
+        current = stages.get(layer, current)
+    return tuple(counts)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from braco_patch.reducers.dart import DART_BUDGETS, DartConfig, dart_keep
+from braco_patch.reducers.dart import DART_BUDGETS, DartConfig, dart_keep, visual_tokens_per_layer
 
 
 def _masks(batch: int, prefix: int, n_visual: int, n_text: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,3 +113,10 @@ def test_rows_with_different_image_counts_are_refused():
     keys = torch.randn(2, visual.shape[1], 4)
     with pytest.raises(ValueError, match="same image-token count"):
         dart_keep(keys, keys, visual, text, DartConfig(budget=8))
+
+
+def test_tokens_per_layer_switch_at_layer_k():
+    counts = visual_tokens_per_layer(DartConfig(budget=128), n_layers=32)
+    assert counts[:2] == (576, 576) and set(counts[2:]) == {132} and len(counts) == 32
+    with pytest.raises(ValueError, match="layer 2 is not inside a 2-layer LLM"):
+        visual_tokens_per_layer(DartConfig(budget=128), n_layers=2)

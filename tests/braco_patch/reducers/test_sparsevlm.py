@@ -18,6 +18,7 @@ from braco_patch.reducers.sparsevlm import (
     sparsevlm_stage,
     stage_keep_count,
     visual_relevance,
+    visual_tokens_per_layer,
 )
 
 
@@ -159,3 +160,11 @@ def test_stage_bounds_batch_and_merged_rows():
         assert torch.equal(rows[b, unchanged], states[b, row[unchanged]])
         alone_keep, alone_rows = sparsevlm_stage(states[b : b + 1], relevance[b : b + 1], visual[b : b + 1], 20)
         assert torch.equal(alone_keep[0], row) and torch.equal(alone_rows[0], rows[b])
+
+
+def test_tokens_per_layer_by_hand_for_192():
+    # 576 on layers 0-2; 300 kept + 9 recycled on 3-6; 200 + 4 on 7-15; 110 + 3 on 16-31.
+    expected = (576,) * 3 + (309,) * 4 + (204,) * 9 + (113,) * 16
+    assert visual_tokens_per_layer(192, n_layers=32) == expected
+    with pytest.raises(ValueError, match="too shallow"):
+        visual_tokens_per_layer(192, n_layers=12)
