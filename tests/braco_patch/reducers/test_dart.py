@@ -6,14 +6,7 @@ import torch
 
 from braco_patch.reducers.dart import DART_BUDGETS, DartConfig, dart_keep, visual_tokens_per_layer
 
-
-def _masks(batch: int, prefix: int, n_visual: int, n_text: int) -> tuple[torch.Tensor, torch.Tensor]:
-    t = prefix + n_visual + n_text
-    visual = torch.zeros(batch, t, dtype=torch.bool)
-    visual[:, prefix : prefix + n_visual] = True
-    text = torch.zeros(batch, t, dtype=torch.bool)
-    text[:, prefix + n_visual :] = True
-    return visual, text
+from .layout import prompt_masks
 
 
 def _numpy_dart(keys: np.ndarray, states: np.ndarray, visual: np.ndarray, text: np.ndarray, cfg: DartConfig):
@@ -42,7 +35,7 @@ def test_paper_budgets_keep_the_image_pivots_on_top_of_the_claims(budget, kept):
 
 
 def test_hand_made_case_claims_the_anti_aligned_tokens():
-    visual, text = _masks(1, prefix=2, n_visual=12, n_text=3)
+    visual, text = prompt_masks(1, prefix=2, n_visual=12, n_text=3)
     t, d = visual.shape[1], 4
     keys = torch.ones(1, t, 2)
     keys[0, 5, :] = 10.0  # the image pivot
@@ -64,7 +57,7 @@ def test_hand_made_case_claims_the_anti_aligned_tokens():
 @pytest.mark.parametrize("seed", range(5))
 def test_matches_a_float64_reimplementation(seed):
     g = torch.Generator().manual_seed(seed)
-    visual, text = _masks(1, prefix=5, n_visual=64, n_text=9)
+    visual, text = prompt_masks(1, prefix=5, n_visual=64, n_text=9)
     keys = torch.randn(1, visual.shape[1], 12, generator=g, dtype=torch.float64)
     states = torch.randn(1, visual.shape[1], 10, generator=g, dtype=torch.float64)
     cfg = DartConfig(budget=24, pivot_image=2, pivot_text=2)
@@ -75,7 +68,7 @@ def test_matches_a_float64_reimplementation(seed):
 
 def test_bounds_and_batch_rows_are_independent():
     g = torch.Generator().manual_seed(7)
-    visual, text = _masks(3, prefix=4, n_visual=96, n_text=7)
+    visual, text = prompt_masks(3, prefix=4, n_visual=96, n_text=7)
     keys = torch.randn(3, visual.shape[1], 16, generator=g)
     states = torch.randn(3, visual.shape[1], 8, generator=g)
     cfg = DartConfig(budget=32)
@@ -101,14 +94,14 @@ def test_bad_settings_name_the_value(kwargs, message):
 
 
 def test_budget_larger_than_the_image_is_refused():
-    visual, text = _masks(1, prefix=1, n_visual=40, n_text=5)
+    visual, text = prompt_masks(1, prefix=1, n_visual=40, n_text=5)
     keys = torch.randn(1, visual.shape[1], 4)
     with pytest.raises(ValueError, match="keeps 68 image tokens but the image has 40"):
         dart_keep(keys, keys, visual, text, DartConfig(budget=64))
 
 
 def test_rows_with_different_image_counts_are_refused():
-    visual, text = _masks(2, prefix=2, n_visual=30, n_text=4)
+    visual, text = prompt_masks(2, prefix=2, n_visual=30, n_text=4)
     visual[1, 2] = False
     keys = torch.randn(2, visual.shape[1], 4)
     with pytest.raises(ValueError, match="same image-token count"):

@@ -21,19 +21,12 @@ from braco_patch.reducers.sparsevlm import (
     visual_tokens_per_layer,
 )
 
-
-def _masks(batch: int, prefix: int, n_visual: int, n_text: int) -> tuple[torch.Tensor, torch.Tensor]:
-    t = prefix + n_visual + n_text
-    visual = torch.zeros(batch, t, dtype=torch.bool)
-    visual[:, prefix : prefix + n_visual] = True
-    text = torch.zeros(batch, t, dtype=torch.bool)
-    text[:, prefix + n_visual :] = True
-    return visual, text
+from .layout import prompt_masks
 
 
 def test_raters_match_the_formula_in_float64():
     g = torch.Generator().manual_seed(0)
-    visual, text = _masks(2, prefix=3, n_visual=10, n_text=6)
+    visual, text = prompt_masks(2, prefix=3, n_visual=10, n_text=6)
     embeds = torch.randn(2, visual.shape[1], 5, generator=g, dtype=torch.float64)
     raters = select_raters(embeds, visual, text)
     for b in range(2):
@@ -59,7 +52,7 @@ def test_relevance_averages_heads_then_raters():
 
 
 def test_keep_top_visual_ignores_text_and_keeps_the_highest():
-    visual, _ = _masks(1, prefix=2, n_visual=5, n_text=2)
+    visual, _ = prompt_masks(1, prefix=2, n_visual=5, n_text=2)
     relevance = torch.tensor([[9.0, 9.0, 0.1, 0.5, 0.3, 0.9, 0.2, 9.0, 9.0]])
     kept = keep_top_visual(relevance, visual, 2)
     assert kept[0].nonzero().squeeze(-1).tolist() == [3, 5]
@@ -144,7 +137,7 @@ def test_recycle_clusters_the_most_relevant_dropped_tokens():
 
 def test_stage_bounds_batch_and_merged_rows():
     g = torch.Generator().manual_seed(3)
-    visual, text = _masks(3, prefix=4, n_visual=60, n_text=5)
+    visual, text = prompt_masks(3, prefix=4, n_visual=60, n_text=5)
     states = torch.randn(3, visual.shape[1], 8, generator=g)
     relevance = torch.rand(3, visual.shape[1], generator=g)
     keep, rows = sparsevlm_stage(states, relevance, visual, 20)
