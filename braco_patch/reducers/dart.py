@@ -101,11 +101,12 @@ def key_norms(keys: torch.Tensor) -> torch.Tensor:
     return keys.norm(p=1, dim=-1)
 
 
-def pivots(norms: torch.Tensor, region: torch.Tensor, count: int) -> list[int]:
-    """Positions of the ``count`` largest ``norms`` [T] inside the bool ``region`` [T], largest first."""
+def pivots(norms: torch.Tensor, region: torch.Tensor, count: int, what: str) -> list[int]:
+    """Positions of the ``count`` largest ``norms`` [T] inside the bool ``region`` [T] (``what`` it holds, for the
+    error), largest first."""
     positions = region.nonzero().squeeze(-1)
     if positions.numel() < count:
-        raise ValueError(f"DART needs {count} pivots but the region has {positions.numel()} tokens.")
+        raise ValueError(f"DART takes {count} pivots from the {what} but it has {positions.numel()} tokens.")
     top = norms[positions].topk(count).indices
     return positions[top].tolist()
 
@@ -126,8 +127,8 @@ def select_row(keys: torch.Tensor, states: torch.Tensor, visual: torch.Tensor, t
     """One sample: ``keys`` [T, H·d], final-normed ``states`` [T, D], bool ``visual``/``text`` [T] → sorted
     kept image positions, ``[config.kept]``."""
     norms = key_norms(keys)
-    image_pivots = pivots(norms, visual, config.pivot_image)
-    text_pivots = pivots(norms, text, config.pivot_text)
+    image_pivots = pivots(norms, visual, config.pivot_image, "image")
+    text_pivots = pivots(norms, text, config.pivot_text, "instruction after the image")
     pool = visual.clone()
     pool[image_pivots] = False
     kept = list(image_pivots)

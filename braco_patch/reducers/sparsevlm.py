@@ -34,6 +34,8 @@ Where the code and the paper disagree, this file follows the code:
   contiguously from 0 (v1.0); here each recycled token takes the position of its cluster's centre (a dropped
   image token) and every token keeps its original position id, as the in-LLM seam does for every reducer
   (v2.0 of the code keeps position ids too);
+- a prompt whose rater scores are all equal (a one-token instruction) has no rater in the code (NaN scores);
+  here all its instruction tokens rate;
 - the code reads batch row 0 only (``mask[0][indices] = 1``); here every row runs its own selection.
 """
 
@@ -90,8 +92,15 @@ def select_raters(embeds: torch.Tensor, visual: torch.Tensor, text: torch.Tensor
 
 def visual_relevance(rows: torch.Tensor, raters: torch.Tensor) -> torch.Tensor:
     """Softmaxed attention ``rows`` ``[B, H, Q, T]`` of Q query positions and bool ``raters`` ``[B, Q]`` (which
-    of those queries rate) → ``[B, T]``, the attention averaged over heads, then over the raters."""
+    of those queries rate) → ``[B, T]``, the attention averaged over heads, then over the raters.
+
+    A row without raters (all rater scores equal, e.g. a one-token instruction) is rated by all its queries; the
+    release would average over nothing and rank NaNs.
+    """
+    if rows.shape[2] == 0:
+        raise ValueError("SparseVLM needs instruction tokens after the image to rate it; the prompt has none.")
     per_query = rows.mean(dim=1)
+    raters = raters | ~raters.any(dim=1, keepdim=True)
     weights = raters.to(per_query.dtype)
     return (weights.unsqueeze(-1) * per_query).sum(dim=1) / weights.sum(dim=1, keepdim=True)
 

@@ -113,3 +113,10 @@ def test_tokens_per_layer_switch_at_layer_k():
     assert counts[:2] == (576, 576) and set(counts[2:]) == {132} and len(counts) == 32
     with pytest.raises(ValueError, match="layer 2 is not inside a 2-layer LLM"):
         visual_tokens_per_layer(DartConfig(budget=128), n_layers=2)
+
+
+def test_too_short_an_instruction_is_refused():
+    visual, text = prompt_masks(1, prefix=1, n_visual=40, n_text=2)
+    keys = torch.randn(1, visual.shape[1], 4)
+    with pytest.raises(ValueError, match="4 pivots from the instruction after the image but it has 2 tokens"):
+        dart_keep(keys, keys, visual, text, DartConfig(budget=16))

@@ -161,3 +161,15 @@ def test_tokens_per_layer_by_hand_for_192():
     assert visual_tokens_per_layer(192, n_layers=32) == expected
     with pytest.raises(ValueError, match="too shallow"):
         visual_tokens_per_layer(192, n_layers=12)
+
+
+def test_a_row_without_raters_is_rated_by_all_its_queries():
+    rows = torch.rand(2, 2, 3, 6, dtype=torch.float64)
+    raters = torch.tensor([[False, False, False], [True, False, False]])
+    relevance = visual_relevance(rows, raters)
+    assert torch.allclose(relevance[0], rows[0].mean(dim=(0, 1)))
+    assert torch.allclose(relevance[1], rows[1, :, 0].mean(dim=0))
+    one_token = select_raters(torch.randn(1, 5, 3), *prompt_masks(1, prefix=1, n_visual=3, n_text=1))
+    assert not bool(one_token.any())  # a single instruction token scores exactly its mean
+    with pytest.raises(ValueError, match="needs instruction tokens after the image"):
+        visual_relevance(torch.rand(1, 2, 0, 6), torch.zeros(1, 0, dtype=torch.bool))
