@@ -55,7 +55,9 @@ __all__ = [
     "recycle_candidates",
     "select_raters",
     "sparsevlm_stage",
+    "sparsify",
     "stage_keep_count",
+    "text_queries",
     "visual_relevance",
     "visual_tokens_per_layer",
 ]
@@ -90,19 +92,31 @@ def select_raters(embeds: torch.Tensor, visual: torch.Tensor, text: torch.Tensor
     return raters
 
 
-def visual_relevance(rows: torch.Tensor, raters: torch.Tensor) -> torch.Tensor:
+def visual_relevance(rows: torch.Tensor, raters: torch.Tensor, queries: torch.Tensor | None = None) -> torch.Tensor:
     """Softmaxed attention ``rows`` ``[B, H, Q, T]`` of Q query positions and bool ``raters`` ``[B, Q]`` (which
     of those queries rate) → ``[B, T]``, the attention averaged over heads, then over the raters.
 
-    A row without raters (all rater scores equal, e.g. a one-token instruction) is rated by all its queries; the
-    release would average over nothing and rank NaNs.
+    A row without raters (all rater scores equal, e.g. a one-token instruction) is rated by all its real queries
+    (bool ``queries`` ``[B, Q]``, default all); the release would average over nothing and rank NaNs.
     """
     if rows.shape[2] == 0:
         raise ValueError("SparseVLM needs instruction tokens after the image to rate it; the prompt has none.")
     per_query = rows.mean(dim=1)
-    raters = raters | ~raters.any(dim=1, keepdim=True)
+    real = torch.ones_like(raters) if queries is None else queries
+    raters = torch.where(raters.any(dim=1, keepdim=True), raters, real)
     weights = raters.to(per_query.dtype)
     return (weights.unsqueeze(-1) * per_query).sum(dim=1) / weights.sum(dim=1, keepdim=True)
+
+
+def text_queries(text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bool ``text`` ``[B, T]`` → (its positions ``[B, Q]``, Q the longest row's count, short rows padded with
+    their last position; bool ``[B, Q]`` true at the real ones), the query positions to ask attention rows for."""
+    counts = text.sum(dim=1)
+    width = int(counts.max())
+    order = torch.arange(text.shape[1], device=text.device).expand_as(text)
+    positions = torch.where(text, order, -1).sort(dim=1, descending=True).values[:, :width].flip(1)
+    real = torch.arange(width, device=text.device) >= (width - counts).unsqueeze(1)
+    return torch.where(real, positions, positions.max(dim=1, keepdim=True).values), real
 
 
 def stage_keep_count(budget: int, stage: int, n_visual: int) -> int:
@@ -219,3 +233,19 @@ def visual_tokens_per_layer(budget: int, n_layers: int, n_visual: int = 576) -> 
         counts.append(current)
         current = stages.get(layer, current)
     return tuple(counts)
+
+
+def sparsify(context, budget: int, raters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One stage on a reducer context (``layer`` one of :data:`SPARSE_LAYERS`, ``hidden_states`` ``[B, T, D]``,
+    bool ``visual``/``text`` ``[B, T]``, ``attention(queries [B, Q]) -> [B, H, Q, T]``) with the ``raters``
+    ``[B, T]`` of :func:`select_raters` → (kept positions ``[B, T']``, their states ``[B, T', D]``).
+
+    The release scores with layer ``ℓ``'s attention and prunes ``ℓ``'s output; a context at layer ``ℓ`` gives
+    the same attention rows (they depend only on ``ℓ``'s input), and its ``hidden_states`` are ``ℓ``'s input.
+    """
+    stage = SPARSE_LAYERS.index(context.layer)
+    queries, real = text_queries(context.text)
+    rows = context.attention(queries)
+    relevance = visual_relevance(rows, raters.gather(1, queries) & real, real)
+    k = stage_keep_count(budget, stage, int(context.visual[0].sum()))
+    return sparsevlm_stage(context.hidden_states, relevance, context.visual, k)

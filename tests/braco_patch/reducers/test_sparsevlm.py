@@ -2,6 +2,7 @@
 with a known outcome, bounds."""
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from braco_patch.reducers.sparsevlm import (
     recycle,
     select_raters,
     sparsevlm_stage,
+    sparsify,
     stage_keep_count,
+    text_queries,
     visual_relevance,
     visual_tokens_per_layer,
 )
@@ -173,3 +176,50 @@ def test_a_row_without_raters_is_rated_by_all_its_queries():
     assert not bool(one_token.any())  # a single instruction token scores exactly its mean
     with pytest.raises(ValueError, match="needs instruction tokens after the image"):
         visual_relevance(torch.rand(1, 2, 0, 6), torch.zeros(1, 0, dtype=torch.bool))
+
+
+def test_text_queries_pad_short_rows_with_their_last_position():
+    text = torch.zeros(2, 9, dtype=torch.bool)
+    text[0, 5:8] = True
+    text[1, 6:8] = True
+    queries, real = text_queries(text)
+    assert queries.tolist() == [[5, 6, 7], [7, 6, 7]]
+    assert real.tolist() == [[True, True, True], [False, True, True]]
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The reducer context's fields a stage reads; attention rows come from a full attention matrix."""
+
+    layer: int
+    hidden_states: torch.Tensor
+    visual: torch.Tensor
+    text: torch.Tensor
+    full_attention: torch.Tensor
+
+    def attention(self, queries: torch.Tensor) -> torch.Tensor:
+        index = queries[:, None, :, None].expand(-1, self.full_attention.shape[1], -1, self.full_attention.shape[-1])
+        return self.full_attention.gather(2, index)
+
+
+def test_sparsify_rates_with_the_raters_rows_of_each_row():
+    # Row 0: 2 prefix tokens, 30 image, 4 instruction; row 1: 3 prefix, 30 image, 3 instruction (same length).
+    g = torch.Generator().manual_seed(4)
+    visual = torch.zeros(2, 36, dtype=torch.bool)
+    visual[0, 2:32] = True
+    visual[1, 3:33] = True
+    text = torch.zeros(2, 36, dtype=torch.bool)
+    text[0, 32:] = True
+    text[1, 33:] = True
+    attention = torch.rand(2, 3, 36, 36, generator=g, dtype=torch.float64).softmax(-1)
+    states = torch.randn(2, 36, 8, generator=g, dtype=torch.float64)
+    raters = torch.zeros_like(text)
+    raters[0, [32, 34]] = True
+    raters[1, [35]] = True
+    keep, rows = sparsify(_Context(15, states, visual, text, attention), 64, raters)
+    k = 17  # the third stage of budget 64
+    assert keep.shape == (2, 6 + k + 1)  # 13 dropped: 4 recycled into 1 cluster
+    for b, positions in enumerate(([32, 34], [35])):
+        relevance = attention[b][:, positions].mean(dim=(0, 1))
+        alone_keep, alone_rows = sparsevlm_stage(states[b : b + 1], relevance[None], visual[b : b + 1], k)
+        assert torch.equal(keep[b], alone_keep[0]) and torch.equal(rows[b], alone_rows[0])
