@@ -108,15 +108,15 @@ def visual_relevance(rows: torch.Tensor, raters: torch.Tensor, queries: torch.Te
     return (weights.unsqueeze(-1) * per_query).sum(dim=1) / weights.sum(dim=1, keepdim=True)
 
 
-def text_queries(text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bool ``text`` ``[B, T]`` → (its positions ``[B, Q]``, Q the longest row's count, short rows padded with
-    their last position; bool ``[B, Q]`` true at the real ones), the query positions to ask attention rows for."""
-    counts = text.sum(dim=1)
-    width = int(counts.max())
-    order = torch.arange(text.shape[1], device=text.device).expand_as(text)
-    positions = torch.where(text, order, -1).sort(dim=1, descending=True).values[:, :width].flip(1)
-    real = torch.arange(width, device=text.device) >= (width - counts).unsqueeze(1)
-    return torch.where(real, positions, positions.max(dim=1, keepdim=True).values), real
+def text_queries(text: torch.Tensor, visual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query rows to ask attention for: bool ``[B, T]``, every instruction token, topped up in shorter rows
+    with their first image tokens so every row asks for the same count Q; and bool ``[B, Q]``, true at the rows
+    (in position order) that are instruction tokens. The top-up rows are finite (never padding) and rate nothing.
+    """
+    counts = text.sum(dim=1, keepdim=True)
+    missing = counts.max() - counts
+    queries = text | (visual & (visual.long().cumsum(dim=1) <= missing))
+    return queries, text[queries].view(text.shape[0], -1)
 
 
 def stage_keep_count(budget: int, stage: int, n_visual: int) -> int:
@@ -237,15 +237,15 @@ def visual_tokens_per_layer(budget: int, n_layers: int, n_visual: int = 576) -> 
 
 def sparsify(context, budget: int, raters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One stage on a reducer context (``layer`` one of :data:`SPARSE_LAYERS`, ``hidden_states`` ``[B, T, D]``,
-    bool ``visual``/``text`` ``[B, T]``, ``attention(queries [B, Q]) -> [B, H, Q, T]``) with the ``raters``
+    bool ``visual``/``text`` ``[B, T]``, ``attention(bool queries [B, T], Q per row) -> [B, H, Q, T]``) with the ``raters``
     ``[B, T]`` of :func:`select_raters` → (kept positions ``[B, T']``, their states ``[B, T', D]``).
 
     The release scores with layer ``ℓ``'s attention and prunes ``ℓ``'s output; a context at layer ``ℓ`` gives
     the same attention rows (they depend only on ``ℓ``'s input), and its ``hidden_states`` are ``ℓ``'s input.
     """
     stage = SPARSE_LAYERS.index(context.layer)
-    queries, real = text_queries(context.text)
+    queries, real = text_queries(context.text, context.visual)
     rows = context.attention(queries)
-    relevance = visual_relevance(rows, raters.gather(1, queries) & real, real)
+    relevance = visual_relevance(rows, raters[queries].view_as(real) & real, real)
     k = stage_keep_count(budget, stage, int(context.visual[0].sum()))
     return sparsevlm_stage(context.hidden_states, relevance, context.visual, k)

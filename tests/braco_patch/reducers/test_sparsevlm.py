@@ -178,12 +178,14 @@ def test_a_row_without_raters_is_rated_by_all_its_queries():
         visual_relevance(torch.rand(1, 2, 0, 6), torch.zeros(1, 0, dtype=torch.bool))
 
 
-def test_text_queries_pad_short_rows_with_their_last_position():
+def test_text_queries_top_up_short_rows_with_image_tokens():
+    visual = torch.zeros(2, 9, dtype=torch.bool)
+    visual[:, 1:5] = True
     text = torch.zeros(2, 9, dtype=torch.bool)
     text[0, 5:8] = True
     text[1, 6:8] = True
-    queries, real = text_queries(text)
-    assert queries.tolist() == [[5, 6, 7], [7, 6, 7]]
+    queries, real = text_queries(text, visual)
+    assert [row.nonzero().squeeze(-1).tolist() for row in queries] == [[5, 6, 7], [1, 6, 7]]
     assert real.tolist() == [[True, True, True], [False, True, True]]
 
 
@@ -198,8 +200,7 @@ class _Context:
     full_attention: torch.Tensor
 
     def attention(self, queries: torch.Tensor) -> torch.Tensor:
-        index = queries[:, None, :, None].expand(-1, self.full_attention.shape[1], -1, self.full_attention.shape[-1])
-        return self.full_attention.gather(2, index)
+        return torch.stack([self.full_attention[b][:, row] for b, row in enumerate(queries)])
 
 
 def test_sparsify_rates_with_the_raters_rows_of_each_row():
