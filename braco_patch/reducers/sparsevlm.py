@@ -236,16 +236,18 @@ def visual_tokens_per_layer(budget: int, n_layers: int, n_visual: int = 576) -> 
 
 
 def sparsify(context, budget: int, raters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One stage on a reducer context (``layer`` one of :data:`SPARSE_LAYERS`, ``hidden_states`` ``[B, T, D]``,
-    bool ``visual``/``text`` ``[B, T]``, ``attention(bool queries [B, T], Q per row) -> [B, H, Q, T]``) with the ``raters``
-    ``[B, T]`` of :func:`select_raters` → (kept positions ``[B, T']``, their states ``[B, T', D]``).
+    """One stage on the reducer context of the layer right after a sparsification layer ``ℓ`` (``layer`` is
+    ``ℓ + 1``, ``hidden_states`` ``[B, T, D]`` its input, i.e. ``ℓ``'s output, bool ``visual``/``text`` ``[B, T]``,
+    ``attention(bool queries [B, T], layer=ℓ) -> [B, H, Q, T]``) with the ``raters`` ``[B, T]`` of
+    :func:`select_raters` → (kept positions ``[B, T']``, their states ``[B, T', D]``).
 
-    The release scores with layer ``ℓ``'s attention and prunes ``ℓ``'s output; a context at layer ``ℓ`` gives
-    the same attention rows (they depend only on ``ℓ``'s input), and its ``hidden_states`` are ``ℓ``'s input.
+    This is the release's order: layer ``ℓ`` runs on every token, its attention scores the image, its output is
+    pruned and recycled before layer ``ℓ + 1``.
     """
-    stage = SPARSE_LAYERS.index(context.layer)
+    scored = context.layer - 1
+    stage = SPARSE_LAYERS.index(scored)
     queries, real = text_queries(context.text, context.visual)
-    rows = context.attention(queries)
+    rows = context.attention(queries, layer=scored)
     relevance = visual_relevance(rows, raters[queries].view_as(real) & real, real)
     k = stage_keep_count(budget, stage, int(context.visual[0].sum()))
     return sparsevlm_stage(context.hidden_states, relevance, context.visual, k)

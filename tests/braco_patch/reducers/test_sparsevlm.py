@@ -191,7 +191,8 @@ def test_text_queries_top_up_short_rows_with_image_tokens():
 
 @dataclass(frozen=True)
 class _Context:
-    """The reducer context's fields a stage reads; attention rows come from a full attention matrix."""
+    """The reducer context's fields a stage reads; attention rows come from a full attention matrix of the layer
+    before this one (the only one it may ask for)."""
 
     layer: int
     hidden_states: torch.Tensor
@@ -199,7 +200,8 @@ class _Context:
     text: torch.Tensor
     full_attention: torch.Tensor
 
-    def attention(self, queries: torch.Tensor) -> torch.Tensor:
+    def attention(self, queries: torch.Tensor, layer: int) -> torch.Tensor:
+        assert layer == self.layer - 1
         return torch.stack([self.full_attention[b][:, row] for b, row in enumerate(queries)])
 
 
@@ -217,7 +219,7 @@ def test_sparsify_rates_with_the_raters_rows_of_each_row():
     raters = torch.zeros_like(text)
     raters[0, [32, 34]] = True
     raters[1, [35]] = True
-    keep, rows = sparsify(_Context(15, states, visual, text, attention), 64, raters)
+    keep, rows = sparsify(_Context(16, states, visual, text, attention), 64, raters)
     k = 17  # the third stage of budget 64
     assert keep.shape == (2, 6 + k + 1)  # 13 dropped: 4 recycled into 1 cluster
     for b, positions in enumerate(([32, 34], [35])):
