@@ -45,6 +45,7 @@ setup(
     },
     entry_points={
         "llava.projectors": ["braco = braco_patch.llava_plugin", "baselines = braco_patch.baselines.llava_plugin"],
+        "llava.reducers": ["reducers = braco_patch.reducers.llava_plugin"],
         "console_scripts": ["braco = braco_patch.cli:main"],
     },
 )

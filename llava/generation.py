@@ -146,13 +146,24 @@ class LlavaGenerator:
         return [text.strip() for text in self.tokenizer.batch_decode(output_ids, skip_special_tokens=True)]
 
 
+def check_reducer_flag(args: Any) -> None:
+    """Refuse an unknown ``--reducer`` in one sentence before any model loads (``none`` and no flag pass)."""
+    from llava.model.reducers import NO_REDUCER, resolve_reducer
+
+    name = getattr(args, "reducer", None)
+    if name is not None and name != NO_REDUCER:
+        resolve_reducer(name)
+
+
 def load_generator(
-    model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None
+    model_path: str, model_base: str | None, conv_mode: str, device: str | None = None, projector_settings: Mapping[str, str] | None = None,
+    reducer: str | None = None,
 ) -> tuple[LlavaGenerator, str]:
     """Load a checkpoint with ``load_pretrained_model`` on ``device`` and wrap it.
 
     ``projector_settings`` (``--projector-setting KEY=VALUE``) change runtime settings of the projector's
     compressor plugin after loading (e.g. a nested-query compressor's token count), checked by the plugin.
+    ``reducer`` (``--reducer``) is the in-LLM reducer type to run (:mod:`llava.model.reducers`), or ``None``.
 
     Returns:
         ``(generator, model name)``.
@@ -166,7 +177,7 @@ def load_generator(
     model_name = get_model_name_from_path(model_path)
     disable_torch_init()
     try:
-        tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device)
+        tokenizer, model, image_processor, _ = load_pretrained_model(model_path, model_base, model_name, device=device, reducer=reducer)
     finally:
         enable_torch_init()
     if projector_settings:
@@ -187,6 +198,6 @@ def _conv_mode_for(model_name: str, conv_mode: str) -> str:
 
 
 __all__ = [
-    "GenerationConfig", "LlavaGenerator", "check_generation_values", "default_device", "default_dtype", "load_generator",
+    "GenerationConfig", "LlavaGenerator", "check_generation_values", "check_reducer_flag", "default_device", "default_dtype", "load_generator",
     "resolve_device",
 ]

@@ -56,12 +56,13 @@ __all__ = [
     "BOOLEAN_WORDS", "BOUNDARIES", "ELEMENTWISE_PARTS", "FALSE_WORDS", "PLUGIN_KINDS", "SETTING_TYPES", "TEXT_NEEDS",
     "TRUE_WORDS", "BuildContext", "BuiltProjector", "CompressorInputs", "CompressorPlugin", "CompressorView",
     "CostModel", "CostSetting", "LMDims", "ModelNeeds", "ModuleCost", "NameForm", "Picture", "ProjectorFactory",
-    "ProjectorType", "RunInfo", "Setting", "TowerShape", "ViewInputs", "attention_score_flops", "elementwise",
+    "ProjectorType", "REDUCER_QUERIES", "Reducer", "ReducerBuild", "ReducerContext", "ReducerPlugin", "ReducerType",
+    "Reduction", "RunInfo", "Setting", "TowerShape", "ViewInputs", "attention_score_flops", "elementwise",
     "linear_flops", "llm_prefill_flops", "mlp_projector", "parse_bool", "projector_flops", "total",
 ]
 
 #: The kinds of method a plugin declares types of (see the module docstring); the registry keeps one section each.
-PLUGIN_KINDS = ("projector",)
+PLUGIN_KINDS = ("projector", "reducer")
 Boundary = Literal["pre", "post"]
 #: Where a projector-kind method sits: ``pre`` compresses tower features then projects, ``post`` runs on projected tokens.
 BOUNDARIES = ("pre", "post")
@@ -733,11 +734,15 @@ class CostModel:
             budget (:meth:`CompressorPlugin.budget_types`).
         variants: Other ways to count the same module, by label, each with what it counts (e.g. ``{"repository":
             "the release's full T x T score matrix"}``); ``module_flops`` reads the chosen one from ``setting.variant``.
+        layer_tokens: For a reducer: ``layer_tokens(build, visual) -> [visual tokens per decoder layer]``, the image
+            tokens each of the LLM's ``build.lm.layers`` layers runs on when ``visual`` enter the first (one entry
+            per layer, never an average; the cost engine counts every layer at its own count).
     """
 
     module_flops: Callable[[BuildContext, CostSetting], ModuleCost] | None = None
     types_at_budget: Callable[[int], Sequence[str]] | None = None
     variants: Mapping[str, str] = field(default_factory=dict)
+    layer_tokens: Callable[[ReducerBuild, int], Sequence[int]] | None = None
 
 
 # ---------------------------------------------------------------------------------------------- views (the demo panel)
@@ -867,7 +872,7 @@ class CompressorPlugin:
         """Its declared types of ``kind`` (one of :data:`PLUGIN_KINDS`)."""
         if kind not in PLUGIN_KINDS:
             raise ValueError(f"unknown plugin kind {kind!r}; expected one of {list(PLUGIN_KINDS)}")
-        return self.projectors
+        return self.projectors if kind == "projector" else ()
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -920,3 +925,175 @@ class CompressorPlugin:
                 raise ValueError(f"{key!r} is not a setting of the {self.name!r} compressor{hint}")
             parsed[key] = self.setting(key).parse(value)
         return parsed
+
+
+# ---------------------------------------------------------------------------------------------- the in-LLM reducer
+
+#: The query rows a reducer may ask :meth:`ReducerContext.attention` for by name: ``last`` is each row's last
+#: instruction token (the query of a method ranking image tokens by the instruction's attention), ``text`` every instruction token (the same count per row).
+REDUCER_QUERIES = ("last", "text")
+
+
+@dataclass(frozen=True)
+class ReducerContext:
+    """What a reducer sees at its decoder layer (built by :mod:`llava.model.reduction` for one prefill).
+
+    Rows are the sequence as this layer runs it: every position an earlier reducer dropped is gone, so ``T`` here
+    may be shorter than the prompt. Decoding steps never reach a reducer: it acts on the prompt once.
+
+    Attributes:
+        layer: The decoder layer (0-based) whose input this is; the kept rows are what this layer and every later
+            one run on (this layer's key/value cache holds only them).
+        hidden_states: ``[B, T, D]`` the layer's input hidden states.
+        visual: ``[B, T]`` bool, the image tokens.
+        text: ``[B, T]`` bool, the instruction: the prompt's tokens after its last image token (answer tokens of a
+            re-forward and padding excluded).
+        attention_mask: ``[B, T]`` 1 for tokens, 0 for padding, or ``None`` (no padding).
+        position_ids: ``[B, T]`` each row's original position (RoPE's position; dropping never shifts it).
+        attend: The seam's ``attend(queries, layer) -> [B, H, Q, T]``; call :meth:`attention` instead.
+        prompt_visual: ``[B]`` each row's image tokens in the prompt, before any reducer dropped some (a budget taken
+            as a fraction of the image, as a method of stages takes it).
+    """
+
+    layer: int
+    hidden_states: torch.Tensor
+    visual: torch.Tensor
+    text: torch.Tensor
+    attention_mask: torch.Tensor | None
+    position_ids: torch.Tensor
+    attend: Callable[[Any, int], torch.Tensor] = field(repr=False, compare=False)
+    prompt_visual: torch.Tensor | None = None
+
+    def attention(self, queries: torch.Tensor | str = "last", layer: int | None = None) -> torch.Tensor:
+        """Softmaxed attention rows ``[B, heads, Q, T]`` (float32) of the query positions ``queries``.
+
+        Computed explicitly from the layer's own ``input_layernorm``, ``q_proj`` and ``k_proj`` on its input, RoPE at
+        the original positions, causal and padding masked, for the requested rows only (the model keeps its own
+        attention kernel, SDPA or flash, for the layer itself).
+
+        Args:
+            queries: ``"last"`` / ``"text"`` (:data:`REDUCER_QUERIES`), or a ``[B, T]`` bool mask with the same count
+                of ``True`` per row.
+            layer: ``None`` for this layer, or the one before it (``layer - 1``, whose input the seam keeps for a
+                reducer whose :attr:`Reducer.attention_layer` says so: a method may rank by the attention of the layer
+                before the one it prunes at).
+        """
+        return self.attend(queries, self.layer if layer is None else layer)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """What a reducer returns.
+
+    Attributes:
+        keep: ``[B, T']`` sorted row indices into the context's ``T`` rows, the same count ``T'`` per row; every
+            row that is not an image token must be kept (a reducer drops image tokens only).
+        hidden_states: ``[B, T', D]`` replacement hidden states for the kept rows (a method that merges dropped
+            tokens into kept ones), or ``None`` to keep the rows as they are.
+    """
+
+    keep: torch.Tensor
+    hidden_states: torch.Tensor | None = None
+
+
+class Reducer:
+    """One reduction step at one decoder layer; a reducer type builds one or more (a method of stages: one per stage).
+
+    Subclasses set :attr:`layer` (and :attr:`attention_layer` when they read the attention of the layer before) and
+    implement ``__call__(ctx) -> Reduction``. :attr:`query_rows` is for the cost count: the query rows one selection
+    computes attention for (``None``: every instruction token).
+    """
+
+    layer: int = 0
+    query_rows: int | None = 1
+
+    @property
+    def attention_layer(self) -> int:
+        """The layer whose attention :meth:`__call__` reads: ``layer`` or ``layer - 1``."""
+        return self.layer
+
+    def __call__(self, ctx: ReducerContext) -> Reduction:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ReducerBuild:
+    """What a reducer type's factory (and its cost count) gets.
+
+    Attributes:
+        name: The type, as the user wrote it (``mydrop_k2_r50``).
+        values: Its :class:`NameForm` values (``{"K": 2, "R": 50}``).
+        lm: The LLM's dimensions (its ``layers`` bound every layer a reducer names).
+    """
+
+    name: str
+    values: Mapping[str, int]
+    lm: LMDims
+
+    def refuse(self, why: str) -> ValueError:
+        """One sentence naming the type and what is wrong, to raise."""
+        return ValueError(f"reducer {self.name!r} {why}")
+
+
+@dataclass(frozen=True)
+class ReducerType:
+    """One name form of a reducer plugin and its factory ``factory(ReducerBuild) -> [Reducer, ...]``.
+
+    Args:
+        form: The names (``NameForm("mydrop_k{K}_r{R}")``).
+        factory: Builds the steps; refuses a name it cannot run (a layer past the LLM's last) with ``build.refuse``.
+        description: One line for listings and ``--help``.
+        examples: Names the test suite runs on a tiny LLM (2 decoder layers) through the real seam.
+    """
+
+    form: NameForm
+    factory: Callable[[ReducerBuild], Sequence[Reducer]]
+    description: str = ""
+    examples: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [name for name in self.examples if self.form.parse(name) is None]
+        if not self.examples or bad:
+            raise ValueError(f"reducer form {self.form.spelling!r} must declare examples of its own form, got {list(self.examples)}")
+
+
+@dataclass(frozen=True)
+class ReducerPlugin:
+    """The declaration of one in-LLM method (docs/PLUGINS.md, "The reducer kind").
+
+    Args:
+        name: The method's one name (lower-case letters and digits): its cost rows, ``compare`` rows, panel, messages.
+        reducers: Its reducer types.
+        cost: Its :class:`CostModel` (``layer_tokens``: the image tokens per decoder layer).
+        view: ``view(name, kept, ViewInputs) -> CompressorView | None`` for the demo panel: ``name`` the type,
+            ``kept`` ``{layer: [row-major grid indices of the first image kept before that layer]}``.
+        showcase: Types a first comparison should show (the quickstart's ``--reducers all``).
+        reference_scores: Published benchmark scores by name, as :class:`CompressorPlugin`'s.
+    """
+
+    name: str
+    reducers: tuple[ReducerType, ...]
+    cost: CostModel | None = None
+    view: Callable[[str, Mapping[int, Any], ViewInputs], CompressorView | None] | None = None
+    showcase: tuple[str, ...] = ()
+    reference_scores: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _METHOD_NAME.fullmatch(self.name):
+            raise ValueError(f"a method's name is lower-case letters and digits, one word (e.g. 'mydrop'), got {self.name!r}")
+        unknown = [name for name in self.showcase if self.match(name) is None]
+        if unknown:
+            raise ValueError(f"reducer plugin {self.name!r} showcases {unknown}, which none of its forms matches")
+
+    def types(self, kind: str = "reducer") -> tuple[ReducerType, ...]:
+        if kind not in PLUGIN_KINDS:
+            raise ValueError(f"unknown plugin kind {kind!r}; expected one of {list(PLUGIN_KINDS)}")
+        return self.reducers if kind == "reducer" else ()
+
+    def match(self, name: str) -> tuple[ReducerType, dict[str, int]] | None:
+        """The type ``name`` is of and its values, or ``None``."""
+        for entry in self.reducers:
+            values = entry.form.parse(name)
+            if values is not None:
+                return entry, values
+        return None

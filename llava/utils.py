@@ -288,8 +288,21 @@ def pretty_print_semaphore(semaphore: Any) -> str:
     return f"Semaphore(value={semaphore._value}, locked={semaphore.locked()})"
 
 
+#: ``--reducer``'s help (every command that generates has the flag; :func:`add_reducer_flag`).
+REDUCER_HELP = ("an in-LLM token reducer to run at its decoder layers, on any checkpoint whatever its projector: a "
+                "registered reducer type (docs/PLUGINS.md; an unknown name lists the installed ones); default: none")
+
+
+def add_reducer_flag(parser: Any) -> None:
+    """``--reducer NAME`` on an argparse parser (no import of torch: ``--help`` stays light); the name is checked by
+    :func:`llava.model.reducers.resolve_reducer` before any model loads."""
+    parser.add_argument("--reducer", type=str, default=None, metavar="NAME", help=REDUCER_HELP)
+
+
 __all__ = [
     "BOOLEAN_WORDS",
+    "REDUCER_HELP",
+    "add_reducer_flag",
     "FALSE_WORDS",
     "TRUE_WORDS",
     "TRACEBACK_ENV",

@@ -38,6 +38,8 @@ SEAM = {
     "braco_patch/llava_plugin.py": "Braco as a method, one file on the plugin API: factory, settings, callbacks, needs, cost, view",
     "braco_patch/baselines/": "the baselines, one file per method on the plugin API (module, FLOPs, factory, cost, view, "
                               "declaration), and the discovery module that registers them",
+    "braco_patch/reducers/": "the in-LLM reducers, one file per method on the plugin API (selection, steps, per-layer "
+                             "token count, view, declaration), and the discovery module that registers them",
     "braco_patch/cost/": "the `braco cost` command: Braco's tables on llava's pipeline cost engine",
     "braco_patch/diagnostics/tower.py": "`braco diagnose` / `calibrate` load a tower through llava's tower registry",
     "braco_patch/diagnostics/commands.py": "`braco diagnose` / `calibrate` check --out and --device with llava's rules",
@@ -341,7 +343,8 @@ def test_a_baseline_method_file_builds_on_the_plugin_api_alone():
     """A method file imports from llava only the plugin API (and, inside its view, llava's panel helpers)."""
     allowed = {"module": ("llava.plugin_api",), "function": ("llava.plugin_api", "llava.serve.panels")}
     offending = {}
-    for path in sorted((ROOT / "braco_patch" / "baselines").glob("*.py")):
+    method_files = [*(ROOT / "braco_patch" / "baselines").glob("*.py"), *(ROOT / "braco_patch" / "reducers").glob("*.py")]
+    for path in sorted(method_files):
         if path.name == "llava_plugin.py":  # the discovery module registers what it finds
             continue
         bad = sorted(f"{site.name} ({site.scope})" for site in import_sites(path) if _top(site.name) == "llava"

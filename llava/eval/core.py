@@ -58,9 +58,9 @@ from llava.eval.items import (
 from llava.eval.provenance import Provenance, producer_record, records_fingerprint
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
-from llava.generation import GenerationConfig, LlavaGenerator, default_dtype, load_generator, resolve_device
+from llava.generation import GenerationConfig, LlavaGenerator, check_reducer_flag, default_dtype, load_generator, resolve_device
 from llava.mm_utils import get_model_name_from_path
-from llava.utils import UserError, setup_logging
+from llava.utils import UserError, add_reducer_flag, setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -233,6 +233,7 @@ def build_parser(spec: LoaderSpec) -> argparse.ArgumentParser:
     parser.add_argument("--projector-setting", "--projector_setting", dest="projector_settings", action="append",
                         type=_key_value, default=[], metavar="KEY=VALUE",
                         help="change a runtime setting of the projector's compressor after loading (repeatable)")
+    add_reducer_flag(parser)
     for key, description in _runtime_flags():
         parser.add_argument(f"--{key}", dest=key, type=str, default=None, metavar="VALUE", help=description)
     if spec.add_arguments is not None:
@@ -374,6 +375,7 @@ def run_parsed(
     config = GenerationConfig(args.temperature, args.top_p, args.num_beams, args.max_new_tokens)
     device = resolve_device(args.device)
     settings = projector_settings(args)
+    check_reducer_flag(args)
     check_template_name(args.conv_mode)
     guard_outputs(inputs={"--question-file": args.question_file}, files={"--answers-file": args.answers_file})
     records = load_questions(args.question_file)
@@ -395,7 +397,7 @@ def run_parsed(
     def factory() -> tuple[LlavaGenerator, str]:
         if generator_factory is not None:
             return generator_factory(args)
-        return load_generator(args.model_path, args.model_base, args.conv_mode, device, settings)
+        return load_generator(args.model_path, args.model_base, args.conv_mode, device, settings, reducer=args.reducer)
 
     return run_items(
         chunk, args.answers_file, factory, config, model_id=model_id, batch_size=args.batch_size,

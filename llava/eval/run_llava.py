@@ -19,10 +19,10 @@ from PIL import Image
 
 from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_PLACEHOLDER, IMAGE_TOKEN_INDEX
 from llava.conversation import check_template_name, conv_templates, resolve_conv_mode
-from llava.generation import GenerationConfig, resolve_device
+from llava.generation import GenerationConfig, check_reducer_flag, resolve_device
 from llava.mm_utils import get_model_name_from_path, image_marker, load_image, tokenizer_image_token, visuals_to_pixels
 from llava.model.compressor_text import question_kwargs
-from llava.utils import UserError, cli_main, setup_logging
+from llava.utils import UserError, add_reducer_flag, cli_main, setup_logging
 from llava.video import check_frame_flags, load_video, refuse_video_as_image
 
 # Defaults of the optional attributes of an ``args`` object (the command line's defaults; device: automatic).
@@ -90,11 +90,12 @@ def eval_model(args: Any) -> str:
     device = resolve_device(options["device"])
     if getattr(args, "conv_mode", None) is not None:
         check_template_name(args.conv_mode)
+    check_reducer_flag(args)
     images = load_visuals(args)
     model_name = get_model_name_from_path(args.model_path)
     require_multimodal(args.model_path, getattr(args, "model_base", None))
     tokenizer, model, image_processor, _ = load_pretrained_model(
-        args.model_path, getattr(args, "model_base", None), model_name, device=device
+        args.model_path, getattr(args, "model_base", None), model_name, device=device, reducer=getattr(args, "reducer", None)
     )
 
     conv = conv_templates[resolve_conv_mode(model_name, getattr(args, "conv_mode", None), tokenizer)].copy()
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_beams", "--num-beams", dest="num_beams", type=int, default=1)
     parser.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=512)
     parser.add_argument("--device", type=str, default=None, help="default: cuda if available, else cpu")
+    add_reducer_flag(parser)
     return parser
 
 

@@ -47,6 +47,7 @@ from .checks import (
     reading_config,
 )
 from .language_model.registry import LanguageModelEntry, language_model_for_checkpoint
+from .reducers import NO_REDUCER, resolve_reducer, set_reducer
 from .tokenizer_loading import load_tokenizer
 from .weights_io import load_projector_weights, load_weights_file, projector_state_dict
 
@@ -69,6 +70,7 @@ def load_pretrained_model(
     customized_config: Any = None,
     overwrite_config: Mapping[str, Any] | None = None,
     multimodal: bool = False,
+    reducer: str | None = None,
     **kwargs: Any,
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, Any, int]:
     """Load a LLaVA (or plain LLM) checkpoint with upstream's signature; its files choose the loader.
@@ -93,6 +95,8 @@ def load_pretrained_model(
         multimodal: LLaVA-NeXT's keyword: load ``model_path`` as a LLaVA checkpoint even when its ``config.json``
             has no LLaVA keys (e.g. they come from ``customized_config`` / ``overwrite_config``); the folder's files
             still choose between full, stage-1 and LoRA.
+        reducer: An in-LLM reducer type to run on every prompt with images (``--reducer``;
+            :mod:`llava.model.reducers`), whatever the projector; ``None`` or ``"none"``: none.
         **kwargs: ``allow_missing_weights=True`` loads a full checkpoint that lacks some weights (they stay
             randomly initialised; by default that is an error naming them). The rest is passed to ``from_pretrained``;
             ``dtype`` (or ``torch_dtype``) overrides the default, which
@@ -109,6 +113,8 @@ def load_pretrained_model(
         ImportError: If quantisation needs bitsandbytes, or LoRA needs peft, and it is not installed.
     """
     check_model_path(model_path)
+    if reducer not in (None, NO_REDUCER):
+        resolve_reducer(reducer)  # an unknown name is refused before anything loads
     if model_base:
         check_model_path(model_base, "--model-base")
     load_kwargs = dict(kwargs)
@@ -130,6 +136,8 @@ def load_pretrained_model(
     check_generation_config(model_path if kind == "llava_full" or not model_base else model_base)
     logger.info("loading %s as %s (base: %s)", model_path, kind, model_base)
     if kind == "language_model":
+        if reducer not in (None, NO_REDUCER):
+            raise UserError(f"--reducer {reducer} acts on a LLaVA model's image tokens, but {model_path!r} is a plain language model; drop --reducer")
         tokenizer, model = _load_language_model(model_path, model_base, load_kwargs)
         return tokenizer, model, None, _context_length(model)
     if kind == "llava_lora":
@@ -141,6 +149,7 @@ def load_pretrained_model(
 
     image_processor = _prepare_multimodal(tokenizer, model, load_kwargs["device_map"], device,
                                           trained_tower_from=model_path if kind == "llava_full" else None)
+    set_reducer(model, reducer)
     return tokenizer, model, image_processor, _context_length(model)
 
 

@@ -26,6 +26,7 @@ lmms-eval caller reaches (``prepare_inputs_labels_for_multimodal``, ``encode_ima
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from abc import ABC
 from collections.abc import Sequence
@@ -48,6 +49,8 @@ from .multimodal_encoder.clip_encoder import CLIPVisionTower
 from .multimodal_projector.builder import build_vision_projector
 from .multimodal_projector.plugins import plugin_for, projector_needs, settings_in
 from .patch_merge import MergeLayout, new_image_newline, unpad_image, uses_unpad
+from .reducers import active_reducer, prompt_reduction, set_reducer
+from .reduction import STATE_KEY
 from .splice import PADDING_SIDES
 from .video import check_modalities, features_with_videos, next_argument_order, prompts_per_frame, video_layout, video_positions
 from .vision_token_setup import add_vision_tokens
@@ -229,6 +232,8 @@ class LlavaMetaForCausalLM(ABC):
         logits_to_keep: int | torch.Tensor = 0,
         modalities: Sequence[str] | str | None = None,
         question_ids: QuestionIds | None = None,
+        generated_tokens: int = 0,
+        llava_reduction: Any = None,
         **kwargs: Any,
     ) -> Any:
         """The plain LLM's forward on text with the images spliced in.
@@ -243,20 +248,32 @@ class LlavaMetaForCausalLM(ABC):
                 ``[F, 3, H, W]`` frames, see :mod:`llava.model.video`) or ``"text"``.
             question_ids: Per sample, its question's token ids, for a compressor that reads the question
                 (:func:`llava.model.compressor_text.question_ids`); ignored otherwise.
+            generated_tokens: With a reducer (:meth:`set_reducer`): the last ``generated_tokens`` tokens of each row
+                are answer tokens of a full re-forward, not part of the prompt the reducer reads.
+            llava_reduction: The prompt's reducer state on the decoding steps of transformers' ``generate`` (which hands
+                every step the keyword arguments :meth:`generate` gave it); callers leave it out.
             Other arguments: as the plain causal LM's ``forward``.
 
         Returns:
-            ``CausalLMOutputWithPast`` with ``logits`` ``[B, L', vocab]`` over the spliced sequence.
+            ``CausalLMOutputWithPast`` with ``logits`` ``[B, L', vocab]`` over the spliced sequence (with a reducer,
+            over the rows its last layer kept).
         """
         past_key_values = take_cache(past_key_values, kwargs)
+        if llava_reduction is not None:
+            kwargs[STATE_KEY] = llava_reduction
         if inputs_embeds is None:
+            visual: list[torch.Tensor] | None = [] if self.reducers_active() else None
             (input_ids, position_ids, attention_mask, past_key_values, inputs_embeds, labels) = (
                 self.prepare_inputs_labels_for_multimodal(
                     input_ids, position_ids, attention_mask, past_key_values, labels, images, image_sizes,
                     modalities=modalities,
                     question_ids=question_ids,
+                    visual_out=visual,
                 )
             )
+            state = prompt_reduction(self, visual[0] if visual else None, attention_mask, generated_tokens, labels)
+            if state is not None:
+                kwargs[STATE_KEY] = state
         return super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -306,18 +323,25 @@ class LlavaMetaForCausalLM(ABC):
             raise ValueError(f"{name}.generate needs prompt token ids in inputs, got None")
         position_ids = kwargs.pop("position_ids", None)
         attention_mask = kwargs.pop("attention_mask", None)
+        state = None
         if images is not None:
+            visual: list[torch.Tensor] | None = [] if self.reducers_active() else None
             _, position_ids, attention_mask, _, inputs_embeds, _ = self.prepare_inputs_labels_for_multimodal(
                 inputs, position_ids, attention_mask, None, None, images, image_sizes, padding_side="left",
                 modalities=modalities,
                 question_ids=question_ids,
+                visual_out=visual,
             )
+            state = prompt_reduction(self, visual[0] if visual else None, attention_mask)
         else:
             splice.check_no_image_markers(inputs)
             inputs_embeds = self.get_model().embed_tokens(inputs)
         plan = greedy_plan(self.generation_config, kwargs)
         if plan is not None:
-            return greedy_decode(self._last_logits, inputs_embeds, attention_mask, position_ids, plan)
+            step = self._last_logits if state is None else functools.partial(self._last_logits, reduction=state)
+            return greedy_decode(step, inputs_embeds, attention_mask, position_ids, plan)
+        if state is not None:
+            kwargs[STATE_KEY] = state
         if position_ids is not None:
             kwargs["position_ids"] = position_ids
         if attention_mask is not None:
@@ -331,23 +355,34 @@ class LlavaMetaForCausalLM(ABC):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         past_key_values: Any = None,
+        reduction: Any = None,
     ) -> tuple[torch.Tensor, Any]:
         """One cached forward for :func:`~llava.model.greedy.greedy_decode`: ``(logits [B, vocab] at the last
         position, past_key_values)``.
 
         The same computation as ``forward(..., logits_to_keep=1)`` on text (the base model, then ``lm_head``,
         as ``__init__`` builds them), without the causal-LM wrapper and its output object, which cost a fifth of
-        a decoding step for a small model.
+        a decoding step for a small model. ``reduction`` is the prompt's reducer state (:meth:`set_reducer`).
         """
         name = cache_argument(type(self.get_model()).forward)
+        extra = {} if reduction is None else {STATE_KEY: reduction}
         out = self.get_model()(
             input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-            position_ids=position_ids, use_cache=True, **{name: past_key_values},
+            position_ids=position_ids, use_cache=True, **{name: past_key_values}, **extra,
         )
         return self.lm_head(out.last_hidden_state[:, -1]), getattr(out, name)
 
     def get_vision_tower(self) -> CLIPVisionTower | None:
         return self.get_model().get_vision_tower()
+
+    def set_reducer(self, name: str | None) -> None:
+        """Run the in-LLM reducer ``name`` (a registered type such as ``mydrop_k2_r50``; ``None`` or ``"none"``: no
+        reducer) on every prompt with images from now on (:mod:`llava.model.reducers`)."""
+        set_reducer(self, name)
+
+    def reducers_active(self) -> bool:
+        """Whether a reducer runs inside the LLM: the fast generation path (static cache) cannot run it."""
+        return active_reducer(self) is not None
 
     # ------------------------------------------------------------------------------------------ images
 
@@ -450,6 +485,7 @@ class LlavaMetaForCausalLM(ABC):
         padding_side: str | None = None,
         modalities: Sequence[str] | str | None = None,
         question_ids: QuestionIds | None = None,
+        visual_out: list[torch.Tensor] | None = None,
     ) -> tuple[None, torch.LongTensor | None, torch.Tensor | None, Any, torch.Tensor | None, torch.LongTensor | None]:
         """Replace every ``IMAGE_TOKEN_INDEX`` in ``input_ids`` with that image's K visual tokens.
 
@@ -476,6 +512,8 @@ class LlavaMetaForCausalLM(ABC):
             question_ids: Per sample, its question's token ids, for a compressor that reads the question; the
                 text a compressor reads goes to :meth:`image_features` as an argument
                 (:func:`llava.model.compressor_text.text_per_image`).
+            visual_out: A list that receives the ``[B, L']`` bool image-token positions of the spliced batch (for an
+                in-LLM reducer); ``None``: not computed.
 
         Returns:
             ``(None, position_ids, attention_mask, past_key_values, inputs_embeds, labels)`` with
@@ -516,6 +554,8 @@ class LlavaMetaForCausalLM(ABC):
             sequence_labels = [seq[:max_length] for seq in sequence_labels]
 
         side = padding_side or getattr(self.config, "tokenizer_padding_side", None) or "right"
+        if visual_out is not None:
+            visual_out.append(splice.visual_flags(id_rows, features, markers, taken, max_length, side))
         out_positions, out_mask, embeds, out_labels = splice.padded_outputs(
             sequences, sequence_labels, side, attention_mask, position_ids, labels
         )

@@ -147,6 +147,32 @@ def splice_sample(
     return torch.cat(pieces), torch.cat(piece_labels)
 
 
+def visual_flags(
+    id_rows: Sequence[torch.Tensor], features: Sequence[torch.Tensor], markers: Sequence[int], taken: Sequence[int],
+    max_length: int | None, side: str,
+) -> torch.Tensor:
+    """``[B, T]`` bool, True at the visual tokens of the batch :func:`splice_batch` and :func:`pad_batch` make of the
+    same rows (truncated to ``max_length``, padded on ``side``): the roles an in-LLM reducer reads."""
+    rows: list[torch.Tensor] = []
+    cursor = 0
+    for ids, count, take in zip(id_rows, markers, taken):
+        flags = torch.zeros(ids.shape[0] - count + sum(f.shape[0] for f in features[cursor : cursor + count]), dtype=torch.bool)
+        offset = 0
+        for index, position in enumerate(torch.nonzero(ids == IMAGE_TOKEN_INDEX).flatten().tolist()):
+            start = position - index + offset
+            size = features[cursor + index].shape[0]
+            flags[start : start + size] = True
+            offset += size
+        rows.append(flags[:max_length] if max_length is not None else flags)
+        cursor += take
+    length = max(row.shape[0] for row in rows)
+    out = torch.zeros((len(rows), length), dtype=torch.bool)
+    for index, row in enumerate(rows):
+        span = slice(length - row.shape[0], length) if side == "left" else slice(0, row.shape[0])
+        out[index, span] = row
+    return out.to(id_rows[0].device)
+
+
 def pad_batch(
     sequences: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], side: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -212,5 +238,5 @@ def padded_outputs(
 
 __all__ = [
     "PADDING_SIDES", "check_no_image_markers", "images_per_sample", "pad_batch", "padded_outputs", "prompts_per_image",
-    "splice_batch", "splice_sample", "unpadded_rows",
+    "splice_batch", "splice_sample", "unpadded_rows", "visual_flags",
 ]

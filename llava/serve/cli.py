@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.conversation import SeparatorStyle, conv_templates, resolve_conv_mode
-from llava.utils import UserError, cli_main, setup_logging
+from llava.utils import UserError, add_reducer_flag, cli_main, setup_logging
 
 from .templates import stop_string
 
@@ -53,7 +53,7 @@ def _load_visual(args: argparse.Namespace) -> object:
 def run_chat(args: argparse.Namespace) -> None:
     """Load the model and chat until stdin ends or an empty line is entered."""
     # torch and transformers load here, not at import: --help answers at once.
-    from llava.generation import check_generation_values, resolve_device
+    from llava.generation import check_generation_values, check_reducer_flag, resolve_device
     from llava.mm_utils import get_model_name_from_path, image_marker, tokenizer_image_token, visuals_to_pixels
     from llava.model.builder import load_pretrained_model
     from llava.model.checkpoint_layout import require_multimodal
@@ -63,12 +63,13 @@ def run_chat(args: argparse.Namespace) -> None:
 
     # Flags and the image (or the video) are checked before the (slow) model load, so they fail fast.
     check_generation_values(args.temperature, None, 1, args.max_new_tokens)
+    check_reducer_flag(args)
     device = resolve_device(args.device)
     visual = _load_visual(args)
     model_name = get_model_name_from_path(args.model_path)
     require_multimodal(args.model_path, args.model_base)
     tokenizer, model, image_processor, _ = load_pretrained_model(
-        args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device
+        args.model_path, args.model_base, model_name, args.load_8bit, args.load_4bit, device=device, reducer=args.reducer
     )
     conv = conv_templates[resolve_conv_mode(model_name, args.conv_mode, tokenizer)].copy()
     # ChatML role strings carry markup (<|im_start|>user\n); show plain names on the terminal.
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--load-8bit", "--load_8bit", dest="load_8bit", action="store_true")
     parser.add_argument("--load-4bit", "--load_4bit", dest="load_4bit", action="store_true")
     parser.add_argument("--debug", action="store_true")
+    add_reducer_flag(parser)
     return parser
 
 

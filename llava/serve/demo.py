@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None, *, block: bool = True):
     check_bind(args.host, args.port)
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
-        device=device, use_flash_attn=args.use_flash_attn, image_limits=options.image_limits,
+        device=device, use_flash_attn=args.use_flash_attn, image_limits=options.image_limits, reducer=args.reducer,
     )
     logger.info("serving %s (compressor panel: %s)", engine.model_name, "on" if engine.has_compressor_view else "off")
     demo = build_demo(LocalBackend(engine, args.limit_model_concurrency), options, [engine.model_name])

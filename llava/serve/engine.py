@@ -148,13 +148,16 @@ class ModelEngine:
         use_flash_attn: bool = False,
         image_limits: ImageLimits = ImageLimits(),
         stream_interval: int = 1,
+        reducer: str | None = None,
     ) -> ModelEngine:
-        """Load a checkpoint with ``load_pretrained_model``; ``model_name`` defaults to the path's name."""
+        """Load a checkpoint with ``load_pretrained_model``; ``model_name`` defaults to the path's name; ``reducer``
+        is the in-LLM reducer type (``--reducer``) or ``None``."""
         from llava.model.builder import load_pretrained_model
 
         name = model_name or get_model_name_from_path(model_path)
         tokenizer, model, image_processor, context_len = load_pretrained_model(
-            model_path, model_base, name, load_8bit, load_4bit, device=device, use_flash_attn=use_flash_attn
+            model_path, model_base, name, load_8bit, load_4bit, device=device, use_flash_attn=use_flash_attn,
+            reducer=reducer,
         )
         model.eval()
         return cls(

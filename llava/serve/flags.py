@@ -7,7 +7,7 @@ import errno
 import socket
 from typing import TYPE_CHECKING, Any
 
-from llava.utils import UserError
+from llava.utils import UserError, add_reducer_flag
 
 from .webapi import ServerLimits
 
@@ -83,6 +83,7 @@ def add_model_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
     add_flag(parser, "--load-4bit", action="store_true")
     add_flag(parser, "--use-flash-attn", action="store_true")
     add_flag(parser, "--limit-model-concurrency", type=int, default=5, help="requests that use the model at once")
+    add_reducer_flag(parser)
 
 
 def model_device(args: argparse.Namespace) -> str:

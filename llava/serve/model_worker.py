@@ -340,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     engine = ModelEngine.load(
         args.model_path, args.model_base, args.model_name, load_8bit=args.load_8bit, load_4bit=args.load_4bit,
         device=device, use_flash_attn=args.use_flash_attn,
-        image_limits=limits, stream_interval=args.stream_interval,
+        image_limits=limits, stream_interval=args.stream_interval, reducer=args.reducer,
     )
     worker = ModelWorker(
         engine, args.controller_address, worker_address,
