@@ -37,13 +37,23 @@ Where the code and the paper disagree, this file follows the code:
 - a prompt whose rater scores are all equal (a one-token instruction) has no rater in the code (NaN scores);
   here all its instruction tokens rate;
 - the code reads batch row 0 only (``mask[0][indices] = 1``); here every row runs its own selection.
+
+Names: ``sparsevlm_k{K}`` (``K`` one of :data:`SCHEDULES`), ``sparsevlm_k{K}_l{A}_{B}_{C}`` with other
+sparsification layers. Steps on the seam: layer 0 picks the raters and keeps every row; the step at layer
+``ℓ + 1`` reads layer ``ℓ``'s attention and prunes ``ℓ``'s output.
 """
 
 from __future__ import annotations
 
 import torch
 
+from llava.plugin_api import CostModel, NameForm, Reducer, ReducerBuild, ReducerContext, ReducerPlugin, ReducerType, Reduction
+
+from ._common import image_count, kept_view
+
 __all__ = [
+    "NAME",
+    "PLUGIN",
     "RECYCLE_FRACTION",
     "SCHEDULES",
     "SPARSE_LAYERS",
@@ -193,7 +203,7 @@ def recycle(states: torch.Tensor, relevance: torch.Tensor, dropped: torch.Tensor
 def kept_per_stage(budget: int, n_visual: int = 576) -> tuple[int, int, int]:
     """Image tokens after each sparsification layer, recycled tokens included (what the layers after it see)."""
     counts = []
-    for stage in range(len(SPARSE_LAYERS)):
+    for stage in range(len(SCHEDULES[budget])):
         k = stage_keep_count(budget, stage, n_visual)
         candidates = int((n_visual - k) * RECYCLE_FRACTION) + 1
         n_visual = k + candidates // TOKENS_PER_CLUSTER + 1
@@ -222,32 +232,129 @@ def sparsevlm_stage(states: torch.Tensor, relevance: torch.Tensor, visual: torch
     return torch.stack(keeps), torch.stack(rows)
 
 
-def visual_tokens_per_layer(budget: int, n_layers: int, n_visual: int = 576) -> tuple[int, ...]:
-    """Image tokens each decoder layer runs on (recycled tokens included): a sparsification layer runs on what it
-    received and prunes its output, so layers ``0 … 2`` see ``n_visual``, ``3 … 6`` the first stage's count, …"""
-    if n_layers <= SPARSE_LAYERS[-1]:
-        raise ValueError(f"SparseVLM prunes after layer {SPARSE_LAYERS[-1]}; a {n_layers}-layer LLM is too shallow.")
+def visual_tokens_per_layer(budget: int, n_layers: int, n_visual: int = 576, layers: tuple[int, ...] = SPARSE_LAYERS) -> tuple[int, ...]:
+    """Image tokens each decoder layer runs on (recycled tokens included): a sparsification layer (``layers``)
+    runs on what it received and prunes its output, so layers ``0 … 2`` see ``n_visual``, ``3 … 6`` the first
+    stage's count, …"""
+    if n_layers <= layers[-1] + 1:
+        raise ValueError(f"SparseVLM prunes after layer {layers[-1]}; a {n_layers}-layer LLM is too shallow.")
     counts, current = [], n_visual
-    stages = dict(zip(SPARSE_LAYERS, kept_per_stage(budget, n_visual)))
+    stages = dict(zip(layers, kept_per_stage(budget, n_visual)))
     for layer in range(n_layers):
         counts.append(current)
         current = stages.get(layer, current)
     return tuple(counts)
 
 
-def sparsify(context, budget: int, raters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sparsify(context, budget: int, raters: torch.Tensor, stage: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One stage on the reducer context of the layer right after a sparsification layer ``ℓ`` (``layer`` is
     ``ℓ + 1``, ``hidden_states`` ``[B, T, D]`` its input, i.e. ``ℓ``'s output, bool ``visual``/``text`` ``[B, T]``,
     ``attention(bool queries [B, T], layer=ℓ) -> [B, H, Q, T]``) with the ``raters`` ``[B, T]`` of
-    :func:`select_raters` → (kept positions ``[B, T']``, their states ``[B, T', D]``).
+    :func:`select_raters`, ``stage`` 0, 1, 2 → (kept positions ``[B, T']``, their states ``[B, T', D]``).
 
     This is the release's order: layer ``ℓ`` runs on every token, its attention scores the image, its output is
     pruned and recycled before layer ``ℓ + 1``.
     """
     scored = context.layer - 1
-    stage = SPARSE_LAYERS.index(scored)
     queries, real = text_queries(context.text, context.visual)
     rows = context.attention(queries, layer=scored)
     relevance = visual_relevance(rows, raters[queries].view_as(real) & real, real)
     k = stage_keep_count(budget, stage, int(context.visual[0].sum()))
     return sparsevlm_stage(context.hidden_states, relevance, context.visual, k)
+
+
+# ---------------------------------------------------------------------------------------------- the plugin
+
+NAME = "sparsevlm"
+#: ``K`` the release's budget (:data:`SCHEDULES`); ``_l{A}_{B}_{C}`` its ``pruning_loc`` (default 2, 6, 15).
+FORM = NameForm("sparsevlm_k{K}[_l{A}_{B}_{C}]")
+
+
+class _Raters:
+    """The text raters of the prompt being prefilled, one bool row per sample in instruction order: written by the
+    layer-0 step, read by the stages (instruction tokens are never dropped, so their order maps them)."""
+
+    def __init__(self) -> None:
+        self.rows: list[torch.Tensor] = []
+
+    def at(self, text: torch.Tensor) -> torch.Tensor:
+        """The raters as bool ``[B, T]`` over the rows of a later layer (its ``text`` ``[B, T]``)."""
+        raters = torch.zeros_like(text)
+        for b, row in enumerate(self.rows):
+            raters[b, text[b].nonzero().squeeze(-1)] = row
+        return raters
+
+
+class RateText(Reducer):
+    """Layer 0: choose the text raters from the LLM's input embeddings (§3.2); every row stays."""
+
+    layer = 0
+    query_rows = 0
+
+    def __init__(self, raters: _Raters) -> None:
+        self.raters = raters
+
+    def __call__(self, ctx: ReducerContext) -> Reduction:
+        chosen = select_raters(ctx.hidden_states, ctx.visual, ctx.text)
+        self.raters.rows = [chosen[b][ctx.text[b]] for b in range(chosen.shape[0])]
+        batch, length = ctx.visual.shape
+        return Reduction(keep=torch.arange(length, device=ctx.visual.device).expand(batch, length).contiguous())
+
+
+class Sparsify(Reducer):
+    """The stage after sparsification layer ``scored``: prune and recycle its output, ranked by its attention."""
+
+    query_rows = None
+
+    def __init__(self, scored: int, stage: int, budget: int, raters: _Raters) -> None:
+        self.layer = scored + 1
+        self.stage = stage
+        self.budget = budget
+        self.raters = raters
+
+    @property
+    def attention_layer(self) -> int:
+        return self.layer - 1
+
+    def __call__(self, ctx: ReducerContext) -> Reduction:
+        image_count(ctx.visual, NAME)
+        keep, states = sparsify(ctx, self.budget, self.raters.at(ctx.text), self.stage)
+        return Reduction(keep=keep, hidden_states=states)
+
+
+def _layers(build: ReducerBuild) -> tuple[int, ...]:
+    values = build.values
+    return (values["A"], values["B"], values["C"]) if "A" in values else SPARSE_LAYERS
+
+
+def _build(build: ReducerBuild) -> list[Reducer]:
+    budget, layers = build.values["K"], _layers(build)
+    if budget not in SCHEDULES:
+        raise build.refuse(f"keeps K={budget}; SparseVLM's schedules are K = {sorted(SCHEDULES)}")
+    if list(layers) != sorted(set(layers)):
+        raise build.refuse(f"sparsifies after layers {list(layers)}; give three increasing layers")
+    if layers[-1] + 1 >= build.lm.layers:
+        raise build.refuse(f"sparsifies after layer {layers[-1]}; the LLM has layers 0..{build.lm.layers - 1}")
+    raters = _Raters()
+    return [RateText(raters), *(Sparsify(layer, stage, budget, raters) for stage, layer in enumerate(layers))]
+
+
+def sparsevlm_layer_tokens(build: ReducerBuild, visual: int) -> list[int]:
+    """Image tokens per decoder layer (:func:`visual_tokens_per_layer`)."""
+    return list(visual_tokens_per_layer(build.values["K"], build.lm.layers, visual, _layers(build)))
+
+
+PLUGIN = ReducerPlugin(
+    name=NAME,
+    reducers=(
+        ReducerType(
+            FORM,
+            _build,
+            "SparseVLM: text-rated pruning with recycling after layers 2, 6, 15; K the release's budget (192/128/96/64)",
+            examples=("sparsevlm_k64_l0_1_2",),
+        ),
+    ),
+    cost=CostModel(layer_tokens=sparsevlm_layer_tokens),
+    view=kept_view(NAME),
+    showcase=("sparsevlm_k192",),
+)

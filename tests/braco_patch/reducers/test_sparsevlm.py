@@ -219,7 +219,7 @@ def test_sparsify_rates_with_the_raters_rows_of_each_row():
     raters = torch.zeros_like(text)
     raters[0, [32, 34]] = True
     raters[1, [35]] = True
-    keep, rows = sparsify(_Context(16, states, visual, text, attention), 64, raters)
+    keep, rows = sparsify(_Context(16, states, visual, text, attention), 64, raters, stage=2)
     k = 17  # the third stage of budget 64
     assert keep.shape == (2, 6 + k + 1)  # 13 dropped: 4 recycled into 1 cluster
     for b, positions in enumerate(([32, 34], [35])):
