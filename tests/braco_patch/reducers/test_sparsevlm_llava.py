@@ -5,6 +5,7 @@ prompt alone, and the reducer changes what the LLM computes."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,17 @@ def _batch(tiny, count):
     return sequences, ids, mask, pixels(make_images(count), image_processor, model)
 
 
+@contextmanager
+def _reducing(model, name=NAME):
+    """Inference with the reducer ``name`` set, and the model left without one afterwards."""
+    model.set_reducer(name)
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.set_reducer(None)
+
+
 def _options(tokenizer, steps):
     return {"max_new_tokens": steps, "min_new_tokens": steps, "do_sample": False, "num_beams": 1, "pad_token_id": tokenizer.pad_token_id}
 
@@ -42,28 +54,20 @@ def test_cached_decoding_equals_full_reforwards(tiny, prompt):
     tokenizer, model, _, _ = tiny
     sequences, _, _, images = _batch(tiny, 2)
     ids, images = sequences[prompt][None], images[prompt : prompt + 1]
-    model.set_reducer(NAME)
-    try:
-        with torch.inference_mode():
-            cached = model.generate(ids, images=images, **_options(tokenizer, 5))
-            generated = torch.empty((1, 0), dtype=torch.long)
-            for step in range(5):
-                logits = model(input_ids=torch.cat([ids, generated], 1), images=images, use_cache=False, generated_tokens=step).logits
-                generated = torch.cat([generated, logits[:, -1].argmax(-1, keepdim=True)], 1)
-    finally:
-        model.set_reducer(None)
+    with _reducing(model):
+        cached = model.generate(ids, images=images, **_options(tokenizer, 5))
+        generated = torch.empty((1, 0), dtype=torch.long)
+        for step in range(5):
+            logits = model(input_ids=torch.cat([ids, generated], 1), images=images, use_cache=False, generated_tokens=step).logits
+            generated = torch.cat([generated, logits[:, -1].argmax(-1, keepdim=True)], 1)
     assert torch.equal(cached, generated)
 
 
 def test_each_layers_cache_holds_the_schedules_count(tiny):
     _, model, _, _ = tiny
     _, ids, mask, images = _batch(tiny, 1)
-    model.set_reducer(NAME)
-    try:
-        with torch.inference_mode():
-            out = model(input_ids=ids, attention_mask=mask, images=images, use_cache=True)
-    finally:
-        model.set_reducer(None)
+    with _reducing(model):
+        out = model(input_ids=ids, attention_mask=mask, images=images, use_cache=True)
     lengths = [out.past_key_values.layers[i].keys.shape[2] for i in range(LAYERS)]
     others = ids.shape[1] - 1  # the image marker becomes the image tokens
     # 36 in: stage 0 keeps 35 + 1 recycled, stage 1 keeps 30 + 1, stage 2 keeps 17 + 1 (by hand from the schedule).
@@ -74,13 +78,9 @@ def test_each_layers_cache_holds_the_schedules_count(tiny):
 def test_a_padded_batch_gives_each_prompt_its_own_answer(tiny):
     tokenizer, model, _, _ = tiny
     sequences, ids, mask, images = _batch(tiny, 3)
-    model.set_reducer(NAME)
-    try:
-        with torch.inference_mode():
-            batched = model.generate(ids, attention_mask=mask, images=images, **_options(tokenizer, 4))
-            alone = [model.generate(seq[None], images=images[i : i + 1], **_options(tokenizer, 4))[0] for i, seq in enumerate(sequences)]
-    finally:
-        model.set_reducer(None)
+    with _reducing(model):
+        batched = model.generate(ids, attention_mask=mask, images=images, **_options(tokenizer, 4))
+        alone = [model.generate(seq[None], images=images[i : i + 1], **_options(tokenizer, 4))[0] for i, seq in enumerate(sequences)]
     assert torch.equal(batched, torch.stack(alone))
 
 
@@ -89,11 +89,9 @@ def test_the_reducer_changes_the_logits_and_none_restores_them(tiny):
     _, ids, mask, images = _batch(tiny, 1)
     with torch.inference_mode():
         plain = model(input_ids=ids, images=images).logits[:, -1]
-        model.set_reducer(NAME)
-        try:
-            reduced = model(input_ids=ids, images=images).logits[:, -1]
-        finally:
-            model.set_reducer(None)
+    with _reducing(model):
+        reduced = model(input_ids=ids, images=images).logits[:, -1]
+    with torch.inference_mode():
         again = model(input_ids=ids, images=images).logits[:, -1]
     assert not torch.allclose(plain, reduced)
     assert torch.equal(plain, again)
