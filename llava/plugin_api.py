@@ -20,9 +20,10 @@ names a budget gives (``{K}`` is the visual tokens per view: ``mypool_k16``), an
 **Two kinds, one shape.** :data:`PLUGIN_KINDS` are the places a method acts. ``projector`` types run between the
 vision tower and the LLM (``mm_projector_type``), with a ``pre`` or ``post`` boundary. The in-LLM *reducer* (issue
 32: runs at a chosen decoder layer, sees the hidden states and what it needs of that layer's attention, returns the
-positions it keeps) is the second kind to come, in the same shape: name forms, a factory of a typed context, a
-:class:`CostModel`, a view and a declaration; the registry is keyed by kind, and the cost rows, ``compare`` rows and
-the demo panel are keyed by the method's name and type, so a reducer slots in beside the projectors.
+positions it keeps) is the second kind, in the same shape: name forms (:class:`ReducerType`), a factory of a typed
+context (:class:`ReducerBuild`), a :class:`CostModel` (``layer_tokens``: per decoder layer), a view and a declaration
+(:class:`ReducerPlugin`); it sees a :class:`ReducerContext` and returns a :class:`Reduction`. Its registry is
+:mod:`llava.model.reducers`, its seam in the LLM :mod:`llava.model.reduction` (docs/PLUGINS.md, "The reducer kind").
 
 **Import layers** (tests/test_import_graph.py; a unit imports only its own layer's or lower layers' units, and no
 import cycle exists, module-level and function-level imports alike):

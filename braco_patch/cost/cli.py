@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--projector", nargs="+", default=None,
                      help="projector types instead of --budgets: Braco allocations (braco_c3s7, c4s9_idct) feed tables (a)-(c); "
                           "every type (any registered one, e.g. mlp2x_gelu, or 'all' = every plugin's types at --budgets) gets table (g)")
+    src.add_argument("--reducer", nargs="+", default=None, metavar="NAME",
+                     help="in-LLM reducer types (e.g. fastv_k2_r50, pyramiddrop_s8_r50): the LLM prefill layer by layer")
     src.add_argument("--table", choices=["pipeline", "compressors"], default="pipeline",
                      help="pipeline: tables (a)-(c) (+ (g) for --projector); compressors: the paper's module-cost table "
                           "(tab:main_compressor_cost) at each of --budgets, method by method")
@@ -221,6 +223,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table
 
     _check_frames(args)
+    if args.reducer:
+        return _run_reducers(args, _spec(args))
     if args.table == "compressors":
         return _run_compressors(args, _spec(args))
     if args.measure:  # refuse what this machine cannot run before printing anything
@@ -259,6 +263,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.projector:
             result["measure"]["types"] = _measure_types(args, spec, types, setting, acc)
     return result
+
+
+def _run_reducers(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
+    """``--reducer``: each reducer's LLM prefill per decoder layer, for every input of the pipeline."""
+    from llava.cost.reducer import reducer_prefill
+    from llava.plugin_api import LMDims
+
+    if args.measure:
+        raise ValueError("--measure with --reducer is not available yet: time a reducer through the command that runs it "
+                         "(run_llava or a loader with --reducer); drop --measure for the analytic per-layer table")
+    lm = LMDims.from_config(spec.llm)
+    tables = [reducer_prefill(name, lm, int(inp.label), args.prompt_tokens, count_attention=args.count_attention,
+                              lm_head=args.lm_head) for inp in spec.input(args.input_tokens) for name in args.reducer]
+    print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py); LLM prefill of {spec.name} per decoder layer "
+          f"({args.prompt_tokens} text tokens, attention scores {'counted' if args.count_attention else 'not counted'}, "
+          f"LM head on {args.lm_head} positions; each layer at its own token count, never averaged)")
+    for table in tables:
+        print(f"\n{table.name} ({table.method}): {table.total / 1e12:.3f} TFLOPs vs {table.baseline / 1e12:.3f} without it "
+              f"({table.total / table.baseline:.1%})")
+        print("layer  image  tokens   GFLOPs  selection GFLOPs")
+        for row in table.layers:
+            print(f"{row.layer:5d}  {row.visual:5d}  {row.tokens:6d}  {row.flops / 1e9:7.2f}  {row.selection / 1e9:7.3f}")
+    return {"pipeline_name": spec.name, "convention": CONVENTION, "reducers": [table.to_dict() for table in tables]}
 
 
 def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting, acc: Accounting) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from llava.model.multimodal_projector import builtin
 from llava.model.multimodal_projector.plugins import CompressorPlugin, list_plugins
+from llava.model.reducers import reducer_plugins
 
 LLAVA = Path(__file__).resolve().parents[2] / "llava"
 
@@ -27,12 +28,13 @@ def plugin_words(plugins: list[CompressorPlugin]) -> set[str]:
         if plugin is builtin.PLUGIN:
             continue
         words.add(plugin.name.lower())
-        words.update(prefix.removeprefix("mm_").strip("_").lower() for prefix in plugin.key_prefixes)
+        words.update(prefix.removeprefix("mm_").strip("_").lower() for prefix in getattr(plugin, "key_prefixes", ()))
     return {word for word in words if word}
 
 
 def forbidden() -> re.Pattern[str]:
-    return re.compile("|".join(sorted(map(re.escape, plugin_words(list_plugins())))), re.IGNORECASE)
+    """Every projector plugin's words and every in-LLM reducer plugin's name."""
+    return re.compile("|".join(sorted(map(re.escape, plugin_words([*list_plugins(), *reducer_plugins()])))), re.IGNORECASE)
 
 
 def offending_lines(root: Path = LLAVA, pattern: re.Pattern[str] | None = None) -> list[str]:
@@ -54,6 +56,7 @@ def test_the_words_come_from_every_installed_plugin():
     # this project's plugins are installed in the test environment (setup.py's entry points)
     assert {"braco", "fourier", "prumerge", "divprune", "mqt", "quecc", "tokenpacker", "fouriervlm"} <= words
     assert "builtin" not in words and "mlp2x_gelu" not in words
+    assert {"fastv", "pyramiddrop"} <= plugin_words(list(reducer_plugins()))
 
 
 def test_llava_names_no_compressor():

@@ -1,0 +1,109 @@
+"""The LLM prefill of an in-LLM reducer, counted layer by layer (the cost command's ``--reducer NAME``).
+
+Accounting (stated with every table, never averaged over layers): each decoder layer ``l`` runs its q/k/v/o
+projections and its MLP on its own token count ``T_l = text + visual_l`` (``visual_l`` from the plugin's
+``CostModel.layer_tokens``; ``text`` is the prompt's other tokens); attention scores ``QKᵀ`` and ``A·V`` over
+``T_l x T_l`` only when the accounting counts them (causal or not, the full square, as :mod:`llava.cost.flops`
+counts); every selection adds what the seam computes for it explicitly: the layer's ``k_proj`` over its ``T_l`` rows,
+``q_proj`` over the selection's query rows and one ``QKᵀ`` row per query and head (the input RMSNorm and the softmax
+are elementwise and not counted); the LM head as the accounting says (every kept position or the last).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llava.plugin_api import LMDims, attention_score_flops, linear_flops, llm_prefill_flops, total
+
+__all__ = ["LayerCount", "ReducerPrefill", "reducer_prefill"]
+
+
+@dataclass(frozen=True)
+class LayerCount:
+    """One decoder layer: its image and total tokens and FLOPs (``layer`` the layer's own work, ``selection`` the
+    attention rows a reducer reading this layer computes)."""
+
+    layer: int
+    visual: int
+    tokens: int
+    flops: int
+    selection: int = 0
+
+
+@dataclass(frozen=True)
+class ReducerPrefill:
+    """A reducer's LLM prefill, by layer, and the same prefill without it."""
+
+    name: str
+    method: str
+    layers: tuple[LayerCount, ...]
+    lm_head: int
+    baseline: int
+    accounting: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(row.flops + row.selection for row in self.layers) + self.lm_head
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "method": self.method, "total": self.total, "baseline": self.baseline,
+                "lm_head": self.lm_head, "accounting": self.accounting,
+                "layers": [vars(row) for row in self.layers]}
+
+
+def _layer_flops(lm: LMDims, tokens: int, count_attention: bool) -> int:
+    one = LMDims(lm.hidden, lm.intermediate, 1, lm.heads, lm.kv_heads, lm.head_dim, lm.vocab)
+    parts = llm_prefill_flops(one, tokens, count_attention=count_attention, lm_head="last")
+    return total(parts) - parts["lm_head"]
+
+
+def _selection_flops(lm: LMDims, tokens: int, queries: int) -> int:
+    q_width, kv_width = lm.heads * lm.head_dim, lm.kv_heads * lm.head_dim
+    scores = attention_score_flops(queries, tokens, lm.heads, lm.head_dim) // 2  # QKᵀ only, no A·V
+    return linear_flops(tokens, lm.hidden, kv_width) + linear_flops(queries, lm.hidden, q_width) + scores
+
+
+def reducer_prefill(name: str, lm: LMDims, visual: int, text: int, *, count_attention: bool = False,
+                    lm_head: str = "all") -> ReducerPrefill:
+    """The per-layer prefill of reducer ``name`` on an LLM of ``lm`` with ``visual`` image and ``text`` other tokens.
+
+    Raises:
+        UserError: For an unknown reducer, or one whose plugin declares no ``layer_tokens``.
+    """
+    from llava.model.reducers import build_steps, resolve_reducer
+    from llava.utils import UserError
+
+    choice = resolve_reducer(name)
+    cost = choice.plugin.cost
+    if cost is None or cost.layer_tokens is None:
+        raise UserError(f"reducer {name!r} ({choice.plugin.name}) declares no per-layer token count, so its cost cannot be counted")
+    per_layer = list(cost.layer_tokens(choice.build(lm), visual))
+    if len(per_layer) != lm.layers:
+        raise ValueError(f"reducer {name!r} counted {len(per_layer)} layers for a {lm.layers}-layer LLM")
+    steps = build_steps(name, _config_of(lm))
+    selection: dict[int, int] = {}
+    for group in steps.values():
+        for step in group:
+            queries = step.query_rows if step.query_rows is not None else text
+            # the rows a selection reads: the reducing layer's input before its drop (= the layer before's rows)
+            seen = (per_layer[step.layer - 1] if step.layer > 0 else visual) + text
+            selection[step.attention_layer] = selection.get(step.attention_layer, 0) + _selection_flops(lm, seen, queries)
+    rows = tuple(
+        LayerCount(layer, count, count + text, _layer_flops(lm, count + text, count_attention), selection.get(layer, 0))
+        for layer, count in enumerate(per_layer)
+    )
+    head_rows = rows[-1].tokens if lm_head == "all" else 1
+    baseline = lm.layers * _layer_flops(lm, visual + text, count_attention) + linear_flops(visual + text if lm_head == "all" else 1, lm.hidden, lm.vocab)
+    accounting = {"text_tokens": text, "count_attention": count_attention, "lm_head": lm_head,
+                  "per_layer": "every layer at its own token count; selections counted at the layer whose attention they read"}
+    return ReducerPrefill(name, choice.plugin.name, rows, linear_flops(head_rows, lm.hidden, lm.vocab), baseline, accounting)
+
+
+def _config_of(lm: LMDims) -> Any:
+    """A config-like object with the LLM's dimensions (what :func:`llava.model.reducers.build_steps` reads)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(hidden_size=lm.hidden, intermediate_size=lm.intermediate, num_hidden_layers=lm.layers,
+                           num_attention_heads=lm.heads, num_key_value_heads=lm.kv_heads, head_dim=lm.head_dim,
+                           vocab_size=lm.vocab)
