@@ -190,7 +190,7 @@ class FastGeneration:
         force in this thread), or ``None`` when the call goes to the eager path (the first time for each reason,
         logged)."""
         plan, why = decode_plan(self.model_generation_config, options) if self.broken is None else (None, self.broken)
-        if plan is not None and self.model.reducers_active():  # a reducer set after --fast was applied
+        if plan is not None and self.decoder.model.reducers_active():  # a reducer set after --fast was applied
             plan, why = None, REDUCER_REFUSAL
         if plan is None:
             self._say(f"{why} is not on the fast path; such calls generate eagerly")

@@ -285,3 +285,29 @@ def test_kept_rows_equal_a_full_model_that_masks_the_dropped_tokens_from_the_red
             hook.remove()
     assert reduced.shape[1] == length - 36 + 9
     torch.testing.assert_close(reduced[0], full[0, kept], atol=1e-5, rtol=1e-5)
+
+
+def test_the_fast_path_steps_aside_for_a_reducer_with_one_line(tmp_path, tiny_tower_dir, tiny_tokenizer_dir, caplog) -> None:
+    # The static KV cache cannot hold a sequence that shrinks inside the LLM: with a reducer, --fast compile generates
+    # eagerly (the same tokens as --fast none with the reducer), whether the reducer was set before or after --fast.
+    from llava.model.fast_generation import REDUCER_REFUSAL, enable_fast_path
+
+    path = build_tiny_llava_checkpoint(tmp_path / "llava-fast-reduce", tiny_tower_dir, tiny_tokenizer_dir, llm="llama", layers=LAYERS)
+    tokenizer, model, image_processor, _ = load(path)
+    _, ids, mask, images = _batch("llama", tokenizer, image_processor, model, count=2)
+    options = {"max_new_tokens": 4, "do_sample": False, "num_beams": 1, "pad_token_id": tokenizer.pad_token_id}
+    model.set_reducer("fastv_k2_r75")
+    with torch.inference_mode():
+        eager = model.generate(ids, attention_mask=mask, images=images, **options)
+    model.set_reducer(None)
+    with caplog.at_level("INFO"):
+        assert enable_fast_path(model, "compile") is not None  # no reducer yet: the fast path is on
+        model.set_reducer("fastv_k2_r75")  # set after --fast was applied
+        with torch.inference_mode():
+            after = model.generate(ids, attention_mask=mask, images=images, **options)
+    assert torch.equal(after, eager)
+    assert caplog.text.count(REDUCER_REFUSAL) == 1
+    enable_fast_path(model, "none")
+    with caplog.at_level("WARNING"):
+        assert enable_fast_path(model, "compile") is None  # a reducer already set: refused at once, said once more
+    assert caplog.text.count(REDUCER_REFUSAL) == 2
