@@ -10,15 +10,14 @@ Shared pieces live in ``_common`` (the modules' maths and checks) and ``_plugin`
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from typing import Any
+
+from .. import discovery
 
 
 def method_modules(path: Any = None) -> list[str]:
-    """The method files of this package (or of the package at ``path``), by name: shared ``_*`` modules and the
-    discovery seam ``llava_plugin`` left out."""
-    found = pkgutil.iter_modules(__path__ if path is None else path)
-    return sorted(info.name for info in found if not info.name.startswith("_") and info.name != "llava_plugin")
+    """The method files of this package (or of the package at ``path``), by name (:func:`braco_patch.discovery.method_modules`)."""
+    return discovery.method_modules(__path__ if path is None else path)
 
 
 def __getattr__(name: str) -> Any:

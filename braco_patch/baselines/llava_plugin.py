@@ -15,31 +15,18 @@ they run training-free.
 
 from __future__ import annotations
 
-import importlib
-
 from llava.model.multimodal_projector.registry import register_plugin
 from llava.plugin_api import CompressorPlugin
 
-from . import method_modules
+from ..discovery import declared_plugins
 
 __all__ = ["PLUGINS", "discover"]
 
 
 def discover(package: str = __package__) -> tuple[CompressorPlugin, ...]:
-    """The ``PLUGIN`` of every method file of ``package`` (:func:`braco_patch.baselines.method_modules`: modules named
-    ``_*`` and this one left out), by file name.
-
-    Raises:
-        RuntimeError: When none declares one (a broken package must not register nothing silently).
-    """
-    found = []
-    for name in method_modules(importlib.import_module(package).__path__):
-        plugin = getattr(importlib.import_module(f"{package}.{name}"), "PLUGIN", None)
-        if isinstance(plugin, CompressorPlugin):
-            found.append(plugin)
-    if not found:
-        raise RuntimeError(f"no method file of {package!r} declares a PLUGIN; the package is incomplete")
-    return tuple(found)
+    """The ``CompressorPlugin`` of every method file of ``package``, by file name (:func:`braco_patch.discovery.declared_plugins`;
+    a package declaring none is a RuntimeError)."""
+    return declared_plugins(package, CompressorPlugin)
 
 
 #: The baselines' plugins, registered.

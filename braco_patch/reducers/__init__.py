@@ -7,11 +7,11 @@ Nothing here lists the methods: :mod:`.llava_plugin` finds the method files and 
 
 from __future__ import annotations
 
-import pkgutil
 from typing import Any
+
+from .. import discovery
 
 
 def method_modules(path: Any = None) -> list[str]:
-    """The method files of this package by name (shared ``_*`` modules and the seam ``llava_plugin`` left out)."""
-    found = pkgutil.iter_modules(__path__ if path is None else path)
-    return sorted(info.name for info in found if not info.name.startswith("_") and info.name != "llava_plugin")
+    """The method files of this package (or of the package at ``path``), by name (:func:`braco_patch.discovery.method_modules`)."""
+    return discovery.method_modules(__path__ if path is None else path)

@@ -6,30 +6,18 @@ a method is adding its file: nothing here or anywhere else lists it.
 
 from __future__ import annotations
 
-import importlib
-
 from llava.model.reducers import register_reducer_plugin
 from llava.plugin_api import ReducerPlugin
 
-from . import method_modules
+from ..discovery import declared_plugins
 
 __all__ = ["PLUGINS", "discover"]
 
 
 def discover(package: str = __package__) -> tuple[ReducerPlugin, ...]:
-    """The ``PLUGIN`` of every method file of ``package``, by file name.
-
-    Raises:
-        RuntimeError: When none declares one (a broken package must not register nothing silently).
-    """
-    found = []
-    for name in method_modules(importlib.import_module(package).__path__):
-        plugin = getattr(importlib.import_module(f"{package}.{name}"), "PLUGIN", None)
-        if isinstance(plugin, ReducerPlugin):
-            found.append(plugin)
-    if not found:
-        raise RuntimeError(f"no method file of {package!r} declares a PLUGIN; the package is incomplete")
-    return tuple(found)
+    """The ``ReducerPlugin`` of every method file of ``package``, by file name (:func:`braco_patch.discovery.declared_plugins`;
+    a package declaring none is a RuntimeError)."""
+    return declared_plugins(package, ReducerPlugin)
 
 
 #: The reducers' plugins, registered.

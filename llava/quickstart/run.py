@@ -119,7 +119,7 @@ class QuickstartConfig:
     patch_size: int = 8
     tower_hidden: int = 64
     #: Two encoder layers: mm_vision_select_layer -2 reads the first one's output, so the pruners that read the
-    #: attention of the layer that produced the features (VisionZip, VisPruner) have one.
+    #: attention of the layer that produced the features (ModelNeeds(attention=0)) have one.
     tower_layers: int = 2
     position_scale: float = 20.0
     llm_hidden: int = 128
