@@ -980,6 +980,9 @@ class ReducerContext:
         attend: The seam's ``attend(queries, layer) -> [B, H, Q, T]``; call :meth:`attention` instead.
         prompt_visual: ``[B]`` each row's image tokens in the prompt, before any reducer dropped some (a budget taken
             as a fraction of the image, as a method of stages takes it).
+        keys_of: The seam's ``keys_of(layer) -> [B, T, H_kv * d]``; call :meth:`keys` instead.
+        final_norm: The LLM's final norm (``model.norm``, the one before the LM head) as a function of ``[..., D]``
+            hidden states, for a method that compares states the way the LM head sees them; ``None`` outside the seam.
     """
 
     layer: int
@@ -990,6 +993,15 @@ class ReducerContext:
     position_ids: torch.Tensor
     attend: Callable[[Any, int], torch.Tensor] = field(repr=False, compare=False)
     prompt_visual: torch.Tensor | None = None
+    keys_of: Callable[[int], torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    final_norm: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, repr=False, compare=False)
+
+    def keys(self, layer: int | None = None) -> torch.Tensor:
+        """The keys ``[B, T, H_kv * d]`` (heads concatenated, after ``k_norm`` where the model has one, and after RoPE at
+        the original positions) that ``layer`` computes from its input: this layer's (``None``) or, for a reducer whose
+        :attr:`Reducer.attention_layer` says so, the one before it. Same rows and dtype as ``hidden_states``.
+        """
+        return self.keys_of(self.layer if layer is None else layer)
 
     def attention(self, queries: torch.Tensor | str = "last", layer: int | None = None) -> torch.Tensor:
         """Softmaxed attention rows ``[B, heads, Q, T]`` (float32) of the query positions ``queries``.

@@ -28,6 +28,11 @@ Where the code and the paper disagree, this file follows the code:
 Budget grammar: the repository's ``max_num_trunction`` (``bash scripts/v1_5/eval/textvqa.sh 0.778 128``);
 ``reduction_ratio`` only matters when ``max_num_trunction`` is ``None``, which none of its scripts do. The
 original asserts batch size 1; here every row runs its own selection (same visual count per row).
+
+Names: ``dart_k{K}`` (``K`` the release's ``max_num_trunction``, e.g. ``dart_k128``), ``dart_k{K}_l{L}`` to prune
+before another layer (the release's ``--pruned_layer``). One step on the seam, at layer ``K`` of the release
+(:attr:`DartConfig.layer`): it reads the keys of the layer before (``attention_layer = layer − 1``) and the final
+norm of its own input, and drops image tokens before that layer runs.
 """
 
 from __future__ import annotations
@@ -37,10 +42,18 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from llava.plugin_api import CostModel, NameForm, Reducer, ReducerBuild, ReducerContext, ReducerPlugin, ReducerType, Reduction
+
+from ._common import image_count, kept_view
+
 __all__ = [
     "DART_BUDGETS",
+    "NAME",
+    "PLUGIN",
+    "Dart",
     "DartConfig",
     "dart_keep",
+    "dart_layer_tokens",
     "key_norms",
     "least_similar",
     "pivot_order",
@@ -166,3 +179,63 @@ def visual_tokens_per_layer(config: DartConfig, n_layers: int, n_visual: int = 5
         raise ValueError(f"DART layer {config.layer} is not inside a {n_layers}-layer LLM; use 1 … {n_layers - 1}.")
     config.check_fits(n_visual)
     return tuple(n_visual if i < config.layer else config.kept for i in range(n_layers))
+
+
+# ---------------------------------------------------------------------------------------------- the plugin
+
+NAME = "dart"
+#: ``K`` the release's ``max_num_trunction``; ``_l{L}`` its ``--pruned_layer`` (default 2).
+FORM = NameForm("dart_k{K}[_l{L}]")
+
+
+class Dart(Reducer):
+    """DART before layer ``config.layer``: pivots from the keys of the layer before, claims by the final-normed input."""
+
+    query_rows = 0
+
+    def __init__(self, config: DartConfig) -> None:
+        self.config = config
+        self.layer = config.layer
+
+    @property
+    def attention_layer(self) -> int:
+        return self.layer - 1
+
+    def __call__(self, ctx: ReducerContext) -> Reduction:
+        image_count(ctx.visual, NAME)
+        keys = ctx.keys(layer=self.attention_layer)
+        states = ctx.final_norm(ctx.hidden_states)
+        return Reduction(keep=dart_keep(keys, states, ctx.visual, ctx.text, self.config))
+
+
+def _config(build: ReducerBuild) -> DartConfig:
+    values = build.values
+    try:
+        config = DartConfig(budget=values["K"], layer=values.get("L", DartConfig.layer))
+    except ValueError as error:
+        raise build.refuse(f"cannot run: {str(error).rstrip('.')}") from None
+    if config.layer >= build.lm.layers:
+        raise build.refuse(f"prunes before layer {config.layer}; the LLM has layers 0..{build.lm.layers - 1}")
+    return config
+
+
+def dart_layer_tokens(build: ReducerBuild, visual: int) -> list[int]:
+    """Image tokens per decoder layer (:func:`visual_tokens_per_layer`)."""
+    return list(visual_tokens_per_layer(_config(build), build.lm.layers, visual))
+
+
+PLUGIN = ReducerPlugin(
+    name=NAME,
+    reducers=(
+        ReducerType(
+            FORM,
+            lambda build: [Dart(_config(build))],
+            "DART: keep the image tokens least duplicated by 4 image + 4 text pivots (key norms), before layer 2; "
+            "K the release's max_num_trunction (keeps 4 + 8·⌊K/8⌋)",
+            examples=("dart_k128", "dart_k16_l1"),
+        ),
+    ),
+    cost=CostModel(layer_tokens=dart_layer_tokens),
+    view=kept_view(NAME),
+    showcase=("dart_k128",),
+)

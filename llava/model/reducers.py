@@ -132,7 +132,7 @@ def set_reducer(model: Any, name: str | None) -> None:
         return
     steps = build_steps(name, model.config)
     if getattr(model, "_llava_reducer_hooks", None) is None:
-        model._llava_reducer_hooks = install_hooks(decoder_layers(model))
+        model._llava_reducer_hooks = install_hooks(decoder_layers(model), model.get_model().norm)
     model._llava_reducer = (name, steps)
 
 

@@ -17,12 +17,14 @@ of its cached rows plus the new tokens' columns. With SDPA and no padding the mo
 ``is_causal``), which stays right: kept rows are sorted, so row order is position order.
 
 The attention a reducer reads (:meth:`ReducerContext.attention`) is computed here explicitly for the requested query
-rows only (:func:`attention_rows`); the model's own kernel (SDPA, flash) is never switched to eager.
+rows only (:func:`attention_rows`); the model's own kernel (SDPA, flash) is never switched to eager. The keys
+(:meth:`ReducerContext.keys`) are recomputed the same way (:func:`layer_keys`), and the LLM's final norm is handed
+through as :attr:`ReducerContext.final_norm`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +161,23 @@ def query_rows(queries: torch.Tensor | str, text: torch.Tensor, tokens: torch.Te
     return queries.nonzero()[:, 1].view(queries.shape[0], -1)
 
 
+def _heads_keys(attn: nn.Module, normed: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``[B, H_kv, T, d]`` keys of the attention module ``attn`` from its normed input ``[B, T, D]``: ``k_proj``,
+    ``k_norm`` where the model has one, RoPE with ``cos_sin`` of the same rows."""
+    batch, length, _ = normed.shape
+    k = attn.k_proj(normed).view(batch, length, -1, attn.head_dim).transpose(1, 2)
+    if hasattr(attn, "k_norm"):
+        k = attn.k_norm(k)
+    return _rotate(k, *cos_sin)
+
+
+def layer_keys(layer: nn.Module, hidden: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``[B, T, H_kv * d]`` post-RoPE keys (heads concatenated) decoder ``layer`` computes from its input ``hidden``
+    ``[B, T, D]`` with RoPE's ``cos_sin`` of the same rows."""
+    k = _heads_keys(layer.self_attn, layer.input_layernorm(hidden), cos_sin)
+    return k.transpose(1, 2).flatten(2)
+
+
 def attention_rows(
     layer: nn.Module, hidden: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], tokens: torch.Tensor,
     queries: torch.Tensor,
@@ -172,15 +191,13 @@ def attention_rows(
     attn = layer.self_attn
     normed = layer.input_layernorm(hidden)
     batch, length, _ = normed.shape
-    head_dim = attn.head_dim
     picked = _rows_of(normed, queries)
-    q = attn.q_proj(picked).view(batch, queries.shape[1], -1, head_dim).transpose(1, 2)
-    k = attn.k_proj(normed).view(batch, length, -1, head_dim).transpose(1, 2)
+    q = attn.q_proj(picked).view(batch, queries.shape[1], -1, attn.head_dim).transpose(1, 2)
     if hasattr(attn, "q_norm"):
-        q, k = attn.q_norm(q), attn.k_norm(k)
+        q = attn.q_norm(q)
     cos, sin = cos_sin
     q = _rotate(q, _rows_of(cos, queries), _rows_of(sin, queries))
-    k = _rotate(k, cos, sin)
+    k = _heads_keys(attn, normed, cos_sin)
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     scores = (q.float() @ k.float().transpose(-1, -2)) * attn.scaling
     keys = torch.arange(length, device=hidden.device)
@@ -193,28 +210,35 @@ def attention_rows(
 
 
 def _context(state: ReductionState, layer_index: int, layers: Sequence[nn.Module], hidden: torch.Tensor,
-             cos_sin: tuple[torch.Tensor, torch.Tensor], rows: torch.Tensor, positions: torch.Tensor) -> ReducerContext:
+             cos_sin: tuple[torch.Tensor, torch.Tensor], rows: torch.Tensor, positions: torch.Tensor,
+             final_norm: Callable[[torch.Tensor], torch.Tensor] | None) -> ReducerContext:
     tokens = _rows_of(state.padding.bool(), rows) if state.padding is not None else torch.ones_like(rows, dtype=torch.bool)
     text = _rows_of(state.text, rows)
 
-    def attend(queries: Any, at: int) -> torch.Tensor:
+    def source(at: int, what: str) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The input hidden states and cos/sin of layer ``at`` (this one, or a stashed one on the same rows)."""
         if at == layer_index:
-            source_hidden, source_cos_sin, source_rows = hidden, cos_sin, rows
-        elif at in state._stash:
-            source_hidden, source_cos_sin, source_rows = state._stash[at]
-            if not torch.equal(source_rows, rows):
-                raise ValueError(f"the attention of layer {at} covers other rows than layer {layer_index}'s input; "
-                                 "a reducer reads it only when nothing is dropped in between")
-        else:
-            raise ValueError(f"a reducer at layer {layer_index} may read the attention of layer {layer_index} or of the "
+            return hidden, cos_sin
+        if at not in state._stash:
+            raise ValueError(f"a reducer at layer {layer_index} may read the {what} of layer {layer_index} or of the "
                              f"layer its attention_layer names, not {at}")
+        source_hidden, source_cos_sin, source_rows = state._stash[at]
+        if not torch.equal(source_rows, rows):
+            raise ValueError(f"the {what} of layer {at} covers other rows than layer {layer_index}'s input; "
+                             "a reducer reads it only when nothing is dropped in between")
+        return source_hidden, source_cos_sin
+
+    def attend(queries: Any, at: int) -> torch.Tensor:
         chosen = queries if isinstance(queries, str) else queries.bool()
-        return attention_rows(layers[at], source_hidden, source_cos_sin, tokens, query_rows(chosen, text, tokens))
+        return attention_rows(layers[at], *source(at, "attention"), tokens, query_rows(chosen, text, tokens))
+
+    def keys_of(at: int) -> torch.Tensor:
+        return layer_keys(layers[at], *source(at, "keys"))
 
     return ReducerContext(
         layer=layer_index, hidden_states=hidden, visual=_rows_of(state.visual, rows), text=text,
         attention_mask=None if state.padding is None else _rows_of(state.padding, rows), position_ids=positions,
-        attend=attend, prompt_visual=state.visual.sum(1),
+        attend=attend, prompt_visual=state.visual.sum(1), keys_of=keys_of, final_norm=final_norm,
     )
 
 
@@ -233,7 +257,7 @@ def check_reduction(reduction: Reduction, visual: torch.Tensor, hidden: torch.Te
 
 
 def _prefill(state: ReductionState, index: int, layers: Sequence[nn.Module], hidden: torch.Tensor,
-             kwargs: dict[str, Any]) -> torch.Tensor:
+             kwargs: dict[str, Any], final_norm: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
     """One layer of the prompt: cut to the rows so far, run the layer's reducers, record the rows."""
     full = dict(kwargs)
     rows = state._current
@@ -244,7 +268,7 @@ def _prefill(state: ReductionState, index: int, layers: Sequence[nn.Module], hid
     for step in state.steps.get(index, ()):
         cos_sin = _rows_of(full["position_embeddings"][0], rows), _rows_of(full["position_embeddings"][1], rows)
         positions = _rows_of(_positions(full, hidden), rows)
-        ctx = _context(state, index, layers, hidden, cos_sin, rows, positions)
+        ctx = _context(state, index, layers, hidden, cos_sin, rows, positions, final_norm)
         reduction = step(ctx)
         check_reduction(reduction, ctx.visual, hidden, index)
         hidden = _rows_of(hidden, reduction.keep) if reduction.hidden_states is None else reduction.hidden_states.to(hidden.dtype)
@@ -270,7 +294,7 @@ def _positions(kwargs: Mapping[str, Any], hidden: torch.Tensor) -> torch.Tensor:
     return positions.expand(hidden.shape[0], -1)
 
 
-def _before_layer(index: int, layers: Sequence[nn.Module]) -> Any:
+def _before_layer(index: int, layers: Sequence[nn.Module], final_norm: Callable[[torch.Tensor], torch.Tensor] | None) -> Any:
     def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         state = kwargs.pop(STATE_KEY, None)
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
@@ -282,7 +306,7 @@ def _before_layer(index: int, layers: Sequence[nn.Module]) -> Any:
         if not state.done:
             if cache is not None:
                 setattr(cache, CACHE_ATTRIBUTE, state)
-            hidden = _prefill(state, index, layers, hidden, kwargs)
+            hidden = _prefill(state, index, layers, hidden, kwargs, final_norm)
         elif index in state.rows:
             _slice_decoding(kwargs, state.rows[index], state.length)
         return (hidden, *args[1:]), kwargs
@@ -290,10 +314,12 @@ def _before_layer(index: int, layers: Sequence[nn.Module]) -> Any:
     return hook
 
 
-def install_hooks(layers: Sequence[nn.Module]) -> list[Any]:
+def install_hooks(layers: Sequence[nn.Module], final_norm: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[Any]:
     """Put the seam's pre-hook on every decoder layer (it does nothing for a forward without a reduction state);
-    returns the hook handles."""
-    return [layer.register_forward_pre_hook(_before_layer(index, layers), with_kwargs=True) for index, layer in enumerate(layers)]
+    ``final_norm`` is the LLM's norm before its head, handed to reducers as :attr:`ReducerContext.final_norm`.
+    Returns the hook handles."""
+    return [layer.register_forward_pre_hook(_before_layer(index, layers, final_norm), with_kwargs=True)
+            for index, layer in enumerate(layers)]
 
 
 def steps_by_layer(steps: Sequence[Reducer], layers: int, name: str) -> dict[int, list[Reducer]]:
@@ -313,5 +339,5 @@ def steps_by_layer(steps: Sequence[Reducer], layers: int, name: str) -> dict[int
 
 __all__ = [
     "CACHE_ATTRIBUTE", "STATE_KEY", "ReductionState", "attention_rows", "check_reduction", "install_hooks",
-    "prompt_state", "query_rows", "steps_by_layer",
+    "layer_keys", "prompt_state", "query_rows", "steps_by_layer",
 ]

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from braco_patch.reducers.dart import DART_BUDGETS, DartConfig, dart_keep, visual_tokens_per_layer
+from llava.model.reducers import resolve_reducer
+from llava.plugin_api import LMDims
 
 from .layout import prompt_masks
 
@@ -120,3 +122,11 @@ def test_too_short_an_instruction_is_refused():
     keys = torch.randn(1, visual.shape[1], 4)
     with pytest.raises(ValueError, match="4 pivots from the instruction after the image but it has 2 tokens"):
         dart_keep(keys, keys, visual, text, DartConfig(budget=16))
+
+
+@pytest.mark.parametrize("name, kept", [("dart_k128", 132), ("dart_k64_l3", 68)])
+def test_the_plugins_cost_counts_each_layer_at_its_own_count(name, kept):
+    llama_7b = LMDims(hidden=4096, intermediate=11008, layers=32, heads=32, kv_heads=32, head_dim=128, vocab=32000)
+    choice = resolve_reducer(name)
+    layer = 3 if name.endswith("_l3") else 2
+    assert choice.plugin.cost.layer_tokens(choice.build(llama_7b), 576) == [576] * layer + [kept] * (32 - layer)

@@ -51,7 +51,8 @@ def _batch(llm, tokenizer, image_processor, model, count=3):
 
 
 class Recorder(Reducer):
-    """Keeps everything; records what it saw (the context and two attention reads)."""
+    """Keeps everything; records what it saw (the context, two attention reads, the keys of the layer it reads and of
+    its own, its input through the final norm)."""
 
     seen: list = []
 
@@ -63,7 +64,8 @@ class Recorder(Reducer):
         return self.layer - 1 if self.previous else self.layer
 
     def __call__(self, ctx):
-        self.seen.append((ctx, ctx.attention("last", layer=self.attention_layer), ctx.attention(ctx.visual)))
+        self.seen.append((ctx, ctx.attention("last", layer=self.attention_layer), ctx.attention(ctx.visual),
+                          ctx.keys(layer=self.attention_layer), ctx.keys(), ctx.final_norm(ctx.hidden_states)))
         rows = torch.arange(ctx.visual.shape[1]).expand(ctx.visual.shape[0], -1)
         return Reduction(keep=rows.contiguous())
 
@@ -78,8 +80,8 @@ def recorder():
     unregister_reducer_plugin("recorder")
 
 
-def _float64_attention(model, hidden, layer_index, positions, tokens):
-    """Attention probabilities [B, H, T, T] of one Llama-family layer, re-derived in float64 from its weights."""
+def _float64_qk(model, hidden, layer_index, positions):
+    """Queries [B, H, T, d] and keys [B, H_kv, T, d] after RoPE of one Llama-family layer, in float64 from its weights."""
     config = model.config
     layer = model.get_model().layers[layer_index]
     x = hidden.double()
@@ -103,15 +105,22 @@ def _float64_attention(model, hidden, layer_index, positions, tokens):
         half = t.shape[-1] // 2
         return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
 
-    q, k = rope(q), rope(k).repeat_interleave(heads // kv_heads, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim)
+    return rope(q), rope(k)
+
+
+def _float64_attention(model, hidden, layer_index, positions, tokens):
+    """Attention probabilities [B, H, T, T] of one Llama-family layer, re-derived in float64 from its weights."""
+    q, k = _float64_qk(model, hidden, layer_index, positions)
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     length = hidden.shape[1]
     allowed = torch.ones(length, length, dtype=torch.bool).tril()[None] & tokens.bool()[:, None, :]
     return scores.masked_fill(~allowed[:, None], float("-inf")).softmax(-1)
 
 
-@pytest.mark.parametrize("llm", ["llama", "qwen2"])
-def test_attention_rows_equal_a_float64_rederivation(family, recorder, llm) -> None:
+def _recorded_run(family, llm):
+    """A padded batch through ``recorder_l2_p1`` (what it saw lands in ``recorder``): the model and each layer's input
+    from a plain run."""
     tokenizer, model, image_processor, _ = family(llm)
     _, ids, mask, images = _batch(llm, tokenizer, image_processor, model)
     model.set_reducer(None)
@@ -126,7 +135,13 @@ def test_attention_rows_equal_a_float64_rederivation(family, recorder, llm) -> N
         model.set_reducer("recorder_l2_p1")
         model(input_ids=ids, attention_mask=mask, images=images)
     model.set_reducer(None)
-    (ctx, last, on_image), = recorder
+    return model, inputs
+
+
+@pytest.mark.parametrize("llm", ["llama", "qwen2"])
+def test_attention_rows_equal_a_float64_rederivation(family, recorder, llm) -> None:
+    model, inputs = _recorded_run(family, llm)
+    (ctx, last, on_image, _, _, _), = recorder
     visual_mask = ctx.visual
     assert visual_mask.sum(1).tolist() == [36] * 3  # the 6x6 grid of mlp2x_gelu, in each left-padded row
     tokens = ctx.attention_mask.bool()
@@ -311,3 +326,17 @@ def test_the_fast_path_steps_aside_for_a_reducer_with_one_line(tmp_path, tiny_to
     with caplog.at_level("WARNING"):
         assert enable_fast_path(model, "compile") is None  # a reducer already set: refused at once, said once more
     assert caplog.text.count(REDUCER_REFUSAL) == 2
+
+
+@pytest.mark.parametrize("llm", ["llama", "qwen2"])
+def test_keys_and_final_norm_equal_a_float64_rederivation(family, recorder, llm) -> None:
+    model, inputs = _recorded_run(family, llm)
+    (ctx, _, _, keys_before, keys_own, normed), = recorder
+    for keys, layer in ((keys_before, 1), (keys_own, 2)):
+        want = _float64_qk(model, inputs[layer], layer, ctx.position_ids)[1].transpose(1, 2).flatten(2)  # [B, T, H_kv*d]
+        assert keys.shape == want.shape and keys.dtype == ctx.hidden_states.dtype
+        torch.testing.assert_close(keys.double(), want, atol=1e-5, rtol=1e-4)
+    norm = model.get_model().norm
+    x = inputs[2].double()
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon) * norm.weight.double()
+    torch.testing.assert_close(normed.double(), want, atol=1e-5, rtol=1e-4)
