@@ -30,7 +30,7 @@ Cost per run, first found of:
    ``--projector-type`` (a training-free compressor on that checkpoint); the row then names ``TYPE``.
    ``--reducer NAME=TYPE`` counts it with the in-LLM reducer ``TYPE``, for a run evaluated with the loaders'
    ``--reducer`` (its answers' ``.meta.json`` records it as ``"reducer"``): every LLM layer at its own token count
-   (:mod:`llava.cost.reducer`, the count ``braco cost --reducer`` prints, here with attention scores and the LM head
+   (:mod:`llava.cost.reducer`, the count the cost command's ``--reducer`` prints, here with attention scores and the LM head
    on the last position like the other rows), on top of the projector's own (a compressor and a reducer both
    count). The row names both (``NAME (mlp2x_gelu + mydrop_k2_r50)``) and its Tokens cell gives the image tokens
    per layer (``576 x2, 288 x30``), never one averaged number.
