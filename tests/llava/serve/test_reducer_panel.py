@@ -76,3 +76,16 @@ def test_a_compressor_and_a_reducer_share_the_panel_with_one_sentence(tiny_llava
     assert payload["reducer_kept_per_layer"] == {1: round(tokens / 2)}
     assert payload["summary"].startswith(plain["summary"])
     assert f"layer 1: {round(tokens / 2)} of {tokens}" in payload["summary"] and "no positions are drawn" in payload["summary"]
+
+
+def test_a_video_gets_one_sentence_for_the_reducer(tiny_llava_checkpoint, tmp_path: Path) -> None:
+    import numpy as np
+
+    from llava.video import write_video
+
+    frames = np.zeros((4, 32, 32, 3), dtype=np.uint8)
+    frames[:, 8:24, 8:24, 0] = 255
+    clip = Path(write_video(tmp_path / "square.mp4", frames, fps=2))
+    engine = _engine(tiny_llava_checkpoint("mlp2x_gelu"), "fastv_k1_r50")
+    payload = engine.compressor_view({"videos": [base64.b64encode(clip.read_bytes()).decode("ascii")]})
+    assert payload == {"available": False, "error": "The reducer's kept positions are drawn for a single image, not for a video."}
