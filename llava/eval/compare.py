@@ -33,7 +33,8 @@ Cost per run, first found of:
    (:mod:`llava.cost.reducer`, the count the cost command's ``--reducer`` prints, here with attention scores and the LM head
    on the last position like the other rows), on top of the projector's own (a compressor and a reducer both
    count). The row names both (``NAME (mlp2x_gelu + mydrop_k2_r50)``) and its Tokens cell gives the image tokens
-   per layer (``576 x2, 288 x30``), never one averaged number.
+   per layer (``576 x2, 288 x30``), never one averaged number. A cost file (1., 2.) still wins over the analytic
+   count; the row then names the reducer and gives the file's numbers.
 
 Acc. is the paper's Vanilla-normalised accuracy, ``100 / |B| · Σ_b s_b / s_b^Vanilla``, over the benchmarks the
 run shares with ``--vanilla`` (a run name, or ``paper-vanilla`` for the paper's row). A run is on the Pareto
@@ -231,7 +232,7 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
     scores = load_scores(results)
     if not scores:
         raise UserError(f"no benchmark scores found for run {name!r} in {os.fspath(results)!r} (expected files like gqa.json)")
-    run = Run(name=name, scores=scores)
+    run = Run(name=name, scores=scores, reducer=reducer)  # named even when a cost file gives its cost
     if Path(results).is_dir():
         run.ignored = [path.name for path in score_files(results)[1]]
     source = cost_file(results, cost)
@@ -242,7 +243,7 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
         values = checkpoint_cost(checkpoint, prompt_tokens, projector_type, reducer)
         with_type = "" if projector_type is None else f" as {projector_type}"
         run.cost_source = f"analytic from {os.fspath(checkpoint)}{with_type}: {values['accounting']}"
-        run.projector_type, run.reducer, run.per_layer = values["projector_type"], reducer, values["per_layer"]
+        run.projector_type, run.per_layer = values["projector_type"], values["per_layer"]
     else:
         return run
     run.flops, run.latency_ms, run.tokens = values["flops"], values["latency_ms"], values.get("tokens")

@@ -289,3 +289,6 @@ def test_reducer_flag_faults_are_one_sentence(tmp_path: Path, tiny_llava_checkpo
             cmp.main(base + extra)
     result = cmp.main(base + ["--checkpoint", f"a={ckpt}", "--reducer", "a=none"])
     assert result.runs[0].reducer is None and result.runs[0].per_layer is None
+    write_json(tmp_path / "c.json", {"tflops": 2.0})  # a measured cost wins; the row still names the reducer
+    result = cmp.main(base + ["--checkpoint", f"a={ckpt}", "--reducer", "a=fastv_k1_r50", "--cost", f"a={tmp_path / 'c.json'}"])
+    assert result.runs[0].label == "a (fastv_k1_r50)" and result.runs[0].flops == 2e12 and result.runs[0].per_layer is None
