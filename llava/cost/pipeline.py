@@ -104,11 +104,14 @@ def projector_pipeline_flops(
 
 
 def checkpoint_prefill_flops(
-    checkpoint_dir: str | os.PathLike[str], prompt_tokens: int, frames: int | None = None, overwrite: Mapping[str, Any] | None = None
+    checkpoint_dir: str | os.PathLike[str], prompt_tokens: int, frames: int | None = None, overwrite: Mapping[str, Any] | None = None,
+    reducer: str | None = None,
 ) -> dict[str, Any]:
     """Analytic FLOPs of one image's prefill through a saved checkpoint, for any projector type, or of one video's
     of ``frames`` frames (laid out by the checkpoint's own ``mm_spatial_pool_*`` / ``mm_newline_position`` keys).
     ``overwrite``: config keys set on top of ``config.json``, as the loaders' ``--projector-type`` loads it.
+    ``reducer``: an in-LLM reducer type (the loaders' ``--reducer``): the LLM is then counted layer by layer at each
+    layer's own token count (:func:`llava.cost.reducer.with_reducer`; adds ``"reducer"`` and ``"per_layer"``).
 
     Counted: the whole vision tower, the compressor (its plugin's cost model, this project's computation), the
     projector (each once per frame for a video), and the LLM over the visual tokens plus ``prompt_tokens`` text
@@ -141,4 +144,11 @@ def checkpoint_prefill_flops(
     if video is not None:
         out["frames"] = video.frames
     out["projector_type"] = projector_type
+    if reducer is not None:
+        from .reducer import with_reducer
+
+        if video is not None:
+            raise ValueError(f"reducer {reducer!r} is counted for one image's prefill; drop the video frames to count it")
+        out = with_reducer(out, reducer, spec.lm_dims, prompt_tokens)
+        out["accounting"] += f"; reducer {reducer}: every LLM layer at its own token count ({out['per_layer']} image tokens)"
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from llava.plugin_api import LMDims, attention_score_flops, linear_flops, llm_prefill_flops, total
 
-__all__ = ["LayerCount", "ReducerPrefill", "reducer_prefill"]
+__all__ = ["LayerCount", "ReducerPrefill", "per_layer_text", "reducer_prefill", "with_reducer"]
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,26 @@ class ReducerPrefill:
     def total(self) -> int:
         return sum(row.flops + row.selection for row in self.layers) + self.lm_head
 
+    @property
+    def per_layer(self) -> str:
+        """The image tokens each decoder layer sees, run-length written (``576 x2, 288 x30``)."""
+        return per_layer_text([row.visual for row in self.layers])
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "method": self.method, "total": self.total, "baseline": self.baseline,
-                "lm_head": self.lm_head, "accounting": self.accounting,
+                "lm_head": self.lm_head, "accounting": self.accounting, "per_layer": self.per_layer,
                 "layers": [vars(row) for row in self.layers]}
+
+
+def per_layer_text(counts: list[int]) -> str:
+    """``[576, 576, 288, ...]`` → ``"576 x2, 288 x30"``: each run of equal counts once, with its length."""
+    runs: list[list[int]] = []
+    for count in counts:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    return ", ".join(f"{count} x{length}" for count, length in runs)
 
 
 def _layer_flops(lm: LMDims, tokens: int, count_attention: bool) -> int:
@@ -107,3 +123,22 @@ def _config_of(lm: LMDims) -> Any:
     return SimpleNamespace(hidden_size=lm.hidden, intermediate_size=lm.intermediate, num_hidden_layers=lm.layers,
                            num_attention_heads=lm.heads, num_key_value_heads=lm.kv_heads, head_dim=lm.head_dim,
                            vocab_size=lm.vocab)
+
+
+def with_reducer(prefill: dict[str, Any], name: str, lm: LMDims, text: int) -> dict[str, Any]:
+    """A checkpoint's prefill count (:func:`llava.cost.pipeline.checkpoint_prefill_flops`: attention scores counted,
+    LM head on the last position) with its LLM part replaced by reducer ``name``'s per-layer count over the
+    checkpoint's own visual tokens (a compressor's output, then reduced inside the LLM: both are counted).
+
+    Adds ``"reducer"`` (:meth:`ReducerPrefill.to_dict`) and ``"per_layer"`` (the image tokens per layer).
+
+    Raises:
+        UserError: For an unknown reducer or one without a per-layer count.
+        ValueError: If the reducer's no-reduction count disagrees with the checkpoint's LLM count (a bug).
+    """
+    table = reducer_prefill(name, lm, int(prefill["visual_tokens"]), text, count_attention=True, lm_head="last")
+    if table.baseline != prefill["llm"]:
+        raise ValueError(f"the per-layer count without {name!r} ({table.baseline}) differs from the prefill's LLM count "
+                         f"({prefill['llm']}); the two accountings disagree")
+    return {**prefill, "llm": table.total, "total": prefill["total"] - prefill["llm"] + table.total,
+            "reducer": table.to_dict(), "per_layer": table.per_layer}

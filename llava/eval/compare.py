@@ -28,6 +28,13 @@ Cost per run, first found of:
    (``NAME (mypool_k16)``), the name the cost tables and the demo panel give it. ``--projector-type NAME=TYPE``
    counts it with ``TYPE`` instead of the config's type, for a run evaluated with the loaders'
    ``--projector-type`` (a training-free compressor on that checkpoint); the row then names ``TYPE``.
+   ``--reducer NAME=TYPE`` counts it with the in-LLM reducer ``TYPE``, for a run evaluated with the loaders'
+   ``--reducer`` (its answers' ``.meta.json`` records it as ``"reducer"``): every LLM layer at its own token count
+   (:mod:`llava.cost.reducer`, the count the cost command's ``--reducer`` prints, here with attention scores and the LM head
+   on the last position like the other rows), on top of the projector's own (a compressor and a reducer both
+   count). The row names both (``NAME (mlp2x_gelu + mydrop_k2_r50)``) and its Tokens cell gives the image tokens
+   per layer (``576 x2, 288 x30``), never one averaged number. A cost file (1., 2.) still wins over the analytic
+   count; the row then names the reducer and gives the file's numbers.
 
 Acc. is the paper's Vanilla-normalised accuracy, ``100 / |B| · Σ_b s_b / s_b^Vanilla``, over the benchmarks the
 run shares with ``--vanilla`` (a run name, or ``paper-vanilla`` for the paper's row). A run is on the Pareto
@@ -76,6 +83,9 @@ class Run:
         cost_source: Where the cost came from (a file, a checkpoint's analytic count).
         projector_type: The checkpoint's ``mm_projector_type`` (its method's type, by the one name grammar), when
             known.
+        reducer: The in-LLM reducer type the run was evaluated with (``--reducer``), or ``None``.
+        per_layer: With a reducer, the image tokens per LLM layer (``"576 x2, 288 x30"``); ``tokens`` is then the
+            count entering the LLM.
     """
 
     name: str
@@ -86,12 +96,21 @@ class Run:
     cost_source: str = ""
     ignored: list[str] = field(default_factory=list)
     projector_type: str | None = None
+    reducer: str | None = None
+    per_layer: str | None = None
 
     @property
     def label(self) -> str:
-        """The row's name, with the checkpoint's type when it is not the name itself."""
-        known = self.projector_type is not None and self.projector_type != self.name
-        return f"{self.name} ({self.projector_type})" if known else self.name
+        """The row's name, with the checkpoint's type (and reducer) when it is not the name itself."""
+        kinds = " + ".join(kind for kind in (self.projector_type, self.reducer) if kind is not None)
+        return f"{self.name} ({kinds})" if kinds and kinds != self.name else self.name
+
+    @property
+    def tokens_cell(self) -> str:
+        """The Tokens column: per LLM layer with a reducer, else the visual tokens sent."""
+        if self.per_layer is not None:
+            return self.per_layer
+        return "-" if self.tokens is None else str(self.tokens)
 
 
 @dataclass
@@ -109,7 +128,8 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         return {
             "vanilla": self.vanilla, "benchmarks": self.benchmarks, "columns": {k: column_label(k) for k in self.benchmarks},
-            "runs": [{"name": r.name, "projector_type": r.projector_type, "scores": r.scores, "relative": self.relative.get(r.name, {}),
+            "runs": [{"name": r.name, "projector_type": r.projector_type, "reducer": r.reducer, "per_layer": r.per_layer,
+                      "scores": r.scores, "relative": self.relative.get(r.name, {}),
                       "acc": self.acc.get(r.name),
                       "flops": r.flops, "latency_ms": r.latency_ms, "tokens": r.tokens, "cost_source": r.cost_source,
                       "pareto": r.name in self.front} for r in self.runs],
@@ -169,9 +189,10 @@ def read_cost(path: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int, projector_type: str | None = None) -> dict[str, Any]:
+def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int, projector_type: str | None = None,
+                    reducer: str | None = None) -> dict[str, Any]:
     """Analytic prefill FLOPs of a checkpoint (:func:`llava.cost.pipeline.checkpoint_prefill_flops`), with
-    ``projector_type`` in place of its config's when given."""
+    ``projector_type`` in place of its config's when given, and the LLM counted per layer under ``reducer``."""
     from llava.cost.pipeline import checkpoint_prefill_flops
 
     config = Path(checkpoint) / "config.json"
@@ -179,9 +200,10 @@ def checkpoint_cost(checkpoint: str | os.PathLike[str], prompt_tokens: int, proj
         raise UserError(f"checkpoint {os.fspath(checkpoint)!r} has no config.json")
     if not isinstance(read_json(config, what="checkpoint config"), Mapping):  # names the file when it does not parse
         raise UserError(f"checkpoint config {os.fspath(config)!r} must hold a JSON object")
-    flops = checkpoint_prefill_flops(checkpoint, prompt_tokens, overwrite=None if projector_type is None else {"mm_projector_type": projector_type})
+    flops = checkpoint_prefill_flops(checkpoint, prompt_tokens, overwrite=None if projector_type is None else {"mm_projector_type": projector_type},
+                                     reducer=reducer)
     return {"flops": float(flops["total"]), "latency_ms": None, "tokens": flops["visual_tokens"], "accounting": flops.get("accounting", ""),
-            "projector_type": flops.get("projector_type")}
+            "projector_type": flops.get("projector_type"), "per_layer": flops.get("per_layer")}
 
 
 def cost_file(results: str | os.PathLike[str], cost: str | None = None) -> Path | None:
@@ -205,12 +227,12 @@ def run_inputs(name: str, results: str | os.PathLike[str], cost: str | None = No
 
 
 def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None, checkpoint: str | None = None,
-             prompt_tokens: int = 52, projector_type: str | None = None) -> Run:
+             prompt_tokens: int = 52, projector_type: str | None = None, reducer: str | None = None) -> Run:
     """A :class:`Run` from a results folder or scores JSON, with its cost (see the module docstring)."""
     scores = load_scores(results)
     if not scores:
         raise UserError(f"no benchmark scores found for run {name!r} in {os.fspath(results)!r} (expected files like gqa.json)")
-    run = Run(name=name, scores=scores)
+    run = Run(name=name, scores=scores, reducer=reducer)  # named even when a cost file gives its cost
     if Path(results).is_dir():
         run.ignored = [path.name for path in score_files(results)[1]]
     source = cost_file(results, cost)
@@ -218,10 +240,10 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
         values = read_cost(source)
         run.cost_source = os.fspath(source)
     elif checkpoint is not None:
-        values = checkpoint_cost(checkpoint, prompt_tokens, projector_type)
+        values = checkpoint_cost(checkpoint, prompt_tokens, projector_type, reducer)
         with_type = "" if projector_type is None else f" as {projector_type}"
         run.cost_source = f"analytic from {os.fspath(checkpoint)}{with_type}: {values['accounting']}"
-        run.projector_type = values["projector_type"]
+        run.projector_type, run.per_layer = values["projector_type"], values["per_layer"]
     else:
         return run
     run.flops, run.latency_ms, run.tokens = values["flops"], values["latency_ms"], values.get("tokens")
@@ -299,7 +321,7 @@ def format_table(result: Comparison) -> str:
     for run in result.runs:
         relative = result.relative.get(run.name, {})
         cells = [
-            run.label, "-" if run.tokens is None else str(run.tokens),
+            run.label, run.tokens_cell,
             *(_score_cell(run.scores.get(k), relative.get(k)) for k in result.benchmarks),
             _number(result.acc.get(run.name)), "-" if run.flops is None else f"{run.flops / scale:.3g}",
             _number(run.latency_ms, 2), "yes" if run.name in result.front else "",
@@ -361,6 +383,18 @@ def _named(values: Sequence[str] | None, flag: str, runs: Sequence[str]) -> dict
     return out
 
 
+def _reducers(reducers: dict[str, str], checkpoints: Mapping[str, str]) -> dict[str, str]:
+    """``--reducer NAME=TYPE`` checked before anything is read: a run with a checkpoint, a known reducer type."""
+    from llava.model.reducers import NO_REDUCER, resolve_reducer
+
+    for name, reducer in reducers.items():
+        if name not in checkpoints:
+            raise UserError(f"--reducer {name}={reducer}: run {name!r} has no --checkpoint to count it on; add --checkpoint {name}=DIR")
+        if reducer != NO_REDUCER:
+            resolve_reducer(reducer)  # an unknown type is one sentence
+    return {name: reducer for name, reducer in reducers.items() if reducer != NO_REDUCER}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llava.eval.compare", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -371,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", action="append", metavar="NAME=DIR", help="checkpoint whose config.json gives analytic FLOPs")
     parser.add_argument("--projector-type", "--projector_type", dest="projector_types", action="append", metavar="NAME=TYPE",
                         help="count run NAME's --checkpoint with this projector type (as the loaders' --projector-type ran it)")
+    parser.add_argument("--reducer", dest="reducers", action="append", metavar="NAME=TYPE",
+                        help="count run NAME's --checkpoint with this in-LLM reducer, per layer (as the loaders' --reducer ran it)")
     parser.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=52,
                         help="text tokens besides the visual ones for --checkpoint FLOPs (default %(default)s, the paper's fit)")
     parser.add_argument("--out", default=None, help="write the Markdown table here")
@@ -395,12 +431,14 @@ def main(argv: Sequence[str] | None = None) -> Comparison:
         if name not in checkpoints:
             raise UserError(f"--projector-type {name}={projector_type}: run {name!r} has no --checkpoint to count it on; add --checkpoint {name}=DIR")
         override_settings(projector_type)  # an unknown type is one sentence
+    reducers = _reducers(_named(args.reducers, "--reducer", names), checkpoints)
     inputs: dict[str, Any] = {}
     for name, path in named:
         inputs.update(run_inputs(name, path, costs.get(name), checkpoints.get(name)))
     inputs.update({f"--checkpoint {name}": path for name, path in checkpoints.items()})
     guard_outputs(inputs=inputs, files={"--out": args.out, "--json": args.json, "--figure": args.figure})
-    runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens, types.get(name)) for name, path in named]
+    runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens, types.get(name),
+                     reducers.get(name)) for name, path in named]
     result = compare(runs, args.vanilla)
     table = format_table(result)
     if args.figure:

@@ -6,7 +6,7 @@ The backends offer the same three calls, so ``chat_ui`` has one code path:
 * ``list_models()`` — model names that can answer now;
 * ``stream(payload)`` — upstream's ``/worker_generate_stream`` body in, :class:`StreamChunk` s out (never
   raises; a missing or dead worker becomes an error chunk with a message for the user);
-* ``compressor_view(model, images)`` — the compressor panel's JSON (``{"available": False}`` when there is
+* ``compressor_view(model, images, videos, prompt)`` — the compressor panel's JSON (``{"available": False}`` when there is
   none; see :mod:`llava.serve.panels`).
 """
 
@@ -50,7 +50,7 @@ class ChatBackend(Protocol):
 
     def stream(self, payload: dict[str, Any]) -> Iterator[StreamChunk]: ...
 
-    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]: ...
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = (), prompt: str | None = None) -> dict[str, Any]: ...
 
 
 class ControllerBackend:
@@ -124,12 +124,12 @@ class ControllerBackend:
         except ValueError as error:
             yield StreamChunk(str(error), WORKER_ERROR)
 
-    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = (), prompt: str | None = None) -> dict[str, Any]:
         try:
             address = self.worker_address(model)
             if not address:
                 return {"available": False}
-            body = {"images": list(images), **({"videos": list(videos)} if videos else {})}
+            body = {"images": list(images), **({"videos": list(videos)} if videos else {}), **({"prompt": prompt} if prompt else {})}
             response = net.request("POST", address + "/worker_get_compressor_view", json=body,
                                    headers=HEADERS, deadline=self.call_timeout, max_bytes=MAX_VIEW_BYTES, max_redirects=0)
             data = response.json()
@@ -186,12 +186,12 @@ class LocalBackend:
         with self._gate:
             yield from self.engine.generate_stream(payload)
 
-    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = (), prompt: str | None = None) -> dict[str, Any]:
         if model != self.engine.model_name:
             return {"available": False}
         try:
             with self._gate:
-                return self.engine.compressor_view({"images": list(images), "videos": list(videos)})
+                return self.engine.compressor_view({"images": list(images), "videos": list(videos), "prompt": prompt})
         except ValueError as error:
             return {"available": False, "error": str(error)}
 
@@ -237,7 +237,7 @@ class EndpointBackend:
         except ValueError as error:
             yield StreamChunk(sentence(str(error)), WORKER_ERROR)
 
-    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = ()) -> dict[str, Any]:
+    def compressor_view(self, model: str, images: Sequence[str], videos: Sequence[str] = (), prompt: str | None = None) -> dict[str, Any]:
         return {"available": False}
 
 

@@ -269,7 +269,7 @@ def build_demo(backend: ChatBackend, options: UiOptions, models: list[str]) -> g
         if videos:
             view = backend.compressor_view(model, [], videos)
         else:
-            view = backend.compressor_view(model, images[:1]) if images else {"available": False}
+            view = backend.compressor_view(model, images[:1], prompt=prompt) if images else {"available": False}
         if view.get("available"):
             text = view["summary"] + (f"\n\n{view['help']}" if view.get("help") else "")
             shown = panel(True, text, _png_to_image(view["png"]))

@@ -28,6 +28,7 @@ from .generation import prepare_pixels, stream_answer
 from .images import ImageLimits, decode_base64_image
 from .panels import compute_video_view, compute_view, view_for, view_payload
 from .protocol import WORKER_ERROR, StreamChunk, sentence
+from .reducer_panel import VIDEO_NOTE, compute_reducer_view, merged_payload, reducer_of
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class ModelEngine:
         self.stream_interval = stream_interval
         self.max_context = int(getattr(model.config, "max_position_embeddings", None) or context_len)
         self.visual_tokens = self._visual_tokens_per_image() if self.is_multimodal else 0
-        self.has_compressor_view = self.is_multimodal and view_for(model) is not None
+        self.has_compressor_view = self.is_multimodal and (view_for(model) is not None or reducer_of(model) is not None)
 
     @classmethod
     def load(
@@ -268,7 +269,8 @@ class ModelEngine:
 
     def compressor_view(self, params: Any) -> dict[str, Any]:
         """``/worker_get_compressor_view``: the panel for the first of ``params["images"]`` (see
-        :mod:`llava.serve.panels`).
+        :mod:`llava.serve.panels`); with an in-LLM reducer also the positions it keeps, after one prefill with
+        ``params["prompt"]`` when given (:mod:`llava.serve.reducer_panel`).
 
         Returns:
             ``{"available": False}`` for models whose projector has no view, else the panel's JSON.
@@ -283,12 +285,16 @@ class ModelEngine:
             from .video_input import decode_base64_video
 
             video = decode_base64_video(videos[0], self.image_limits)
-            return view_payload(compute_video_view(self.model, self.image_processor, video))
+            payload = view_payload(compute_video_view(self.model, self.image_processor, video))
+            if reducer_of(self.model) is not None:
+                payload["summary" if payload["available"] else "error"] = " ".join(filter(None, [payload.get("summary"), VIDEO_NOTE]))
+            return payload
         images = params.get("images") if isinstance(params, Mapping) else None
         if not isinstance(images, (list, tuple)) or not images:
             raise ValueError("the request needs 'images': a list with at least one base64-encoded image file")
         image = decode_base64_image(images[0], self.image_limits)
-        return view_payload(compute_view(self.model, self.image_processor, image))
+        reducer = compute_reducer_view(self.model, self.tokenizer, self.image_processor, image, self.model_name, params.get("prompt"))
+        return merged_payload(compute_view(self.model, self.image_processor, image), reducer)
 
     def status(self, queue_length: int = 0) -> dict[str, Any]:
         """Upstream's worker status: ``{"model_names", "speed", "queue_length"}``."""

@@ -10,9 +10,9 @@
 
 Upstream's endpoints (POST, JSON): ``/worker_generate_stream`` streams NUL-separated
 ``{"text", "error_code"}`` chunks (see :mod:`llava.serve.protocol`); ``/worker_get_status`` ->
-``{model_names, speed, queue_length}``. Added: ``/worker_get_compressor_view`` {images: [base64]} -> the
-compressor panel's JSON (:mod:`llava.serve.panels`; ``{"available": false}`` for projectors without a view;
-400 ``{"error"}`` for a bad image).
+``{model_names, speed, queue_length}``. Added: ``/worker_get_compressor_view`` {images: [base64], prompt?} -> the
+compressor panel's JSON (:mod:`llava.serve.panels`, with a reducer also its kept positions for ``prompt``;
+``{"available": false}`` for projectors without a view; 400 ``{"error"}`` for a bad image).
 
 At most ``--limit-model-concurrency`` requests run at once; the others wait (and count in
 ``queue_length``). At most ``--max-waiting-requests`` more may wait, and all held requests together carry at

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,63 @@ def test_a_checkpoint_row_names_its_type(tmp_path: Path, tiny_llava_checkpoint):
     assert json.loads((tmp_path / "t.json").read_text())["runs"][0]["projector_type"] == "mlp2x_gelu"
     named = cmp.Run("mlp2x_gelu", {"gqa": 1.0}, projector_type="mlp2x_gelu")
     assert named.label == "mlp2x_gelu"  # a row named by its type is not named twice
+
+
+def _lm(checkpoint: Path) -> dict[str, int]:
+    config = json.loads((checkpoint / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    return {"h": config["hidden_size"], "m": config["intermediate_size"], "layers": config["num_hidden_layers"], "heads": heads,
+            "kv": config.get("num_key_value_heads") or heads, "d": config.get("head_dim") or config["hidden_size"] // heads}
+
+
+def _layer(lm: dict[str, int], tokens: int) -> int:
+    """One LLaMA layer, attention scores counted (the full T x T square for QKᵀ and A·V), by the direct formula."""
+    q, kv = lm["heads"] * lm["d"], lm["kv"] * lm["d"]
+    projections = 2 * tokens * lm["h"] * (q + 2 * kv) + 2 * tokens * q * lm["h"]
+    return projections + 3 * 2 * tokens * lm["h"] * lm["m"] + 2 * 2 * tokens * tokens * q
+
+
+def _fastv_k1_r50_delta(lm: dict[str, int], visual: int, text: int) -> int:
+    """FastV K=1 R=50%: layers 1.. on half the image tokens, plus the last token's attention row of layer 0."""
+    full, kept = visual + text, round(visual / 2) + text
+    selection = 2 * full * lm["h"] * lm["kv"] * lm["d"] + 2 * lm["h"] * lm["heads"] * lm["d"] + 2 * full * lm["heads"] * lm["d"]
+    return (lm["layers"] - 1) * (_layer(lm, kept) - _layer(lm, full)) + selection
+
+
+@pytest.mark.parametrize("projector_type", ["mlp2x_gelu", "braco_c2s5"])
+def test_a_reducer_run_is_its_own_row_counted_per_layer(tmp_path: Path, tiny_llava_checkpoint, projector_type: str):
+    """``--reducer NAME=TYPE``: the run's FLOPs are the plain checkpoint's minus what FastV's layers skip plus its
+    selection row (direct formula); a compressor projector's tokens are reduced again (both count); the row names
+    both and gives the image tokens per layer."""
+    scores = write_results(tmp_path / "a", VANILLA)
+    ckpt = tiny_llava_checkpoint(projector_type)
+    lm = _lm(ckpt)
+    result = cmp.main(["--results", f"plain={scores}", "--results", f"fast={scores}", "--checkpoint", f"plain={ckpt}",
+                       "--checkpoint", f"fast={ckpt}", "--reducer", "fast=fastv_k1_r50", "--vanilla", "plain",
+                       "--prompt-tokens", "30", "--json", str(tmp_path / "t.json")])
+    plain, fast = result.runs
+    visual = plain.tokens
+    assert fast.tokens == visual and fast.reducer == "fastv_k1_r50" and plain.reducer is None
+    assert fast.flops - plain.flops == _fastv_k1_r50_delta(lm, visual, 30)
+    assert fast.per_layer == f"{visual} x1, {round(visual / 2)} x{lm['layers'] - 1}"
+    table = cmp.format_table(result)
+    assert f"| fast ({projector_type} + fastv_k1_r50) | {fast.per_layer} |" in table
+    assert f"| plain ({projector_type}) | {visual} |" in table
+    saved = json.loads((tmp_path / "t.json").read_text())["runs"][1]
+    assert saved["reducer"] == "fastv_k1_r50" and saved["per_layer"] == fast.per_layer
+
+
+def test_reducer_flag_faults_are_one_sentence(tmp_path: Path, tiny_llava_checkpoint) -> None:
+    scores = write_results(tmp_path / "a", VANILLA)
+    ckpt = tiny_llava_checkpoint("mlp2x_gelu")
+    base = ["--results", f"a={scores}", "--vanilla", "a"]
+    for extra, said in ((["--reducer", "a=fastv_k1_r50"], "run 'a' has no --checkpoint to count it on"),
+                        (["--checkpoint", f"a={ckpt}", "--reducer", "a=fastv"], "unknown reducer 'fastv'"),
+                        (["--checkpoint", f"a={ckpt}", "--reducer", "b=fastv_k1_r50"], "--reducer names ['b'], which are not runs")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            cmp.main(base + extra)
+    result = cmp.main(base + ["--checkpoint", f"a={ckpt}", "--reducer", "a=none"])
+    assert result.runs[0].reducer is None and result.runs[0].per_layer is None
+    write_json(tmp_path / "c.json", {"tflops": 2.0})  # a measured cost wins; the row still names the reducer
+    result = cmp.main(base + ["--checkpoint", f"a={ckpt}", "--reducer", "a=fastv_k1_r50", "--cost", f"a={tmp_path / 'c.json'}"])
+    assert result.runs[0].label == "a (fastv_k1_r50)" and result.runs[0].flops == 2e12 and result.runs[0].per_layer is None
