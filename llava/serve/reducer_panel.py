@@ -21,6 +21,7 @@ from llava.mm_utils import image_marker, process_images, tokenizer_image_token
 from llava.model.compressor_text import question_kwargs
 from llava.model.image_encoding import grid_shape
 from llava.model.reducers import active_reducer, prompt_reduction, resolve_reducer
+from llava.model.reduction import STATE_KEY
 from llava.plugin_api import CompressorView, ViewInputs
 
 #: The question a panel's prefill asks when the request names no prompt.
@@ -65,7 +66,7 @@ def _prefill_kept(model: Any, tokenizer: Any, pixels: torch.Tensor, size: tuple[
     state = prompt_reduction(model, visual[0], mask)
     if state is None:
         return {}, visual[0][0].nonzero()[:, 0]
-    model.get_model()(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids, use_cache=False, llava_reduction=state)
+    model.get_model()(inputs_embeds=embeds, attention_mask=mask, position_ids=position_ids, use_cache=False, **{STATE_KEY: state})
     return {layer: rows[0] for layer, rows in state.kept.items()}, visual[0][0].nonzero()[:, 0]
 
 
