@@ -54,10 +54,11 @@ def check_servable(config: Any, source: str = "the checkpoint") -> None:
         raise UserError(f"{source}: {error}") from None
     projector_type, plugin = config.mm_projector_type, registration.plugin
     if plugin.needs.text is not None:
+        reader = "the vision tower's paired text encoder" if plugin.needs.text_encoder == "tower" else "the language model"
         raise UserError(
-            f"{source}: mm_projector_type {projector_type!r} reads the {plugin.needs.text} through the language model "
-            "before the image is encoded, which vLLM's one-pass multimodal encoder cannot do; answer with llava's own "
-            "loaders (--backend local)"
+            f"{source}: mm_projector_type {projector_type!r} reads the {plugin.needs.text} through {reader} before the "
+            "image is encoded, which vLLM's one-pass multimodal encoder cannot do; answer with llava's own loaders "
+            "(--backend local)"
         )
     if tokens_depend_on_image(config):
         raise UserError(

@@ -59,6 +59,7 @@ def _compare(checkpoint: Path) -> None:
 
 REFUSALS = {
     "quecc_k4": "reads the question through the language model before the image is encoded",
+    "cdpruner_k9": "reads the instruction through the vision tower's paired text encoder before the image is encoded",
     "prumerge": "keeps a number of tokens that depends on the image",
     "prumerge_plus": "keeps a number of tokens that depends on the image",
 }
