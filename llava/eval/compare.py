@@ -7,7 +7,7 @@ Usage::
         --results vanilla=playground/data/eval/results/llava-v1.5-7b \\
         --results small=playground/data/eval/results/llava-v1.5-7b-k16 \\
         --checkpoint vanilla=checkpoints/llava-v1.5-7b --checkpoint small=checkpoints/llava-v1.5-7b-k16 \\
-        --vanilla vanilla --out table.md --figure pareto.png [--json table.json] [--prompt-tokens 52]
+        --vanilla vanilla --out table.md --figure pareto.png [--json table.json] [--prompt-tokens 52] [--strict-protocol]
 
 ``--results NAME=PATH`` (repeatable; ``PATH`` alone names the run by its folder): a results folder as the
 ``scripts/v1_5/eval/*.sh`` scripts write it (``./playground/data/eval/results/$CKPT/<benchmark>.json``, each
@@ -36,6 +36,17 @@ Cost per run, first found of:
    per layer (``576 x2, 288 x30``), never one averaged number. A cost file (1., 2.) still wins over the analytic
    count; the row then names the reducer and gives the file's numbers.
 
+Protocol: rows are comparable only when measured the same way. The scorers copy each answers file's record
+(``<answers>.meta.json``: conv mode, prompt flags, decoding, ``--projector-type``, ``--reducer``) into their score
+file as ``"protocol"``, and MME's into perception and cognition; the table states per row the prompt format
+(``vicuna_v1, greedy``) and MME's split (``MME P / C``), and checks each benchmark against the one recipe
+:mod:`llava.eval.protocol` pins (that of ``scripts/v1_5/eval``: greedy decoding, SQA and MMBench's single-prediction
+prompt, MMBench's language, MME as perception + cognition) and against the ``--vanilla`` run's conv mode and answer
+length. A run that departs is marked ``†``, named in a note with what differs, and left off the Pareto front;
+``--strict-protocol`` refuses it instead. A score file without the record (scored by hand or by another tool) is
+shown as "not recorded". The records also name the method: a run answered with ``--reducer`` or
+``--projector-type`` is counted with it without the flags here (a flag that disagrees is refused).
+
 Acc. is the paper's Vanilla-normalised accuracy, ``100 / |B| · Σ_b s_b / s_b^Vanilla``, over the benchmarks the
 run shares with ``--vanilla`` (a run name, or ``paper-vanilla`` for the paper's row). A run is on the Pareto
 front when no other run has at most its FLOPs and at least its Acc. with one of them strictly better.
@@ -52,12 +63,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from llava.eval.files import atomic_output, guard_outputs, read_json, write_json, write_text
+from llava.eval.protocol import method_of, mme_split, prompt_cell, recipe_text, row_differences
 from llava.eval.summarize import (
     EXTRA_BENCHMARKS,
     PAPER_BASELINE_NAME,
     column_label,
     input_files,
-    load_scores,
+    load_records,
     normalized_accuracy,
     ordered_benchmarks,
     published_scores,
@@ -86,6 +98,9 @@ class Run:
         reducer: The in-LLM reducer type the run was evaluated with (``--reducer``), or ``None``.
         per_layer: With a reducer, the image tokens per LLM layer (``"576 x2, 288 x30"``); ``tokens`` is then the
             count entering the LLM.
+        protocols: Per benchmark, the protocol its answers were produced under (:mod:`llava.eval.protocol`), ``None``
+            where the score file does not record it.
+        mme: MME's perception, cognition and total, when the score file gives them.
     """
 
     name: str
@@ -98,6 +113,8 @@ class Run:
     projector_type: str | None = None
     reducer: str | None = None
     per_layer: str | None = None
+    protocols: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    mme: dict[str, float] | None = None
 
     @property
     def label(self) -> str:
@@ -124,6 +141,8 @@ class Comparison:
     relative: dict[str, dict[str, float]] = field(default_factory=dict)
     front: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Per run, where it departs from the pinned protocol (:func:`llava.eval.protocol.row_differences`).
+    differences: dict[str, list[str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +151,8 @@ class Comparison:
                       "scores": r.scores, "relative": self.relative.get(r.name, {}),
                       "acc": self.acc.get(r.name),
                       "flops": r.flops, "latency_ms": r.latency_ms, "tokens": r.tokens, "cost_source": r.cost_source,
+                      "prompt": prompt_cell(r.protocols), "protocols": r.protocols, "mme_split": r.mme,
+                      "protocol_differences": self.differences.get(r.name, []),
                       "pareto": r.name in self.front} for r in self.runs],
             "notes": self.notes,
         }
@@ -228,11 +249,19 @@ def run_inputs(name: str, results: str | os.PathLike[str], cost: str | None = No
 
 def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None, checkpoint: str | None = None,
              prompt_tokens: int = 52, projector_type: str | None = None, reducer: str | None = None) -> Run:
-    """A :class:`Run` from a results folder or scores JSON, with its cost (see the module docstring)."""
-    scores = load_scores(results)
-    if not scores:
+    """A :class:`Run` from a results folder or scores JSON, with its cost and protocol (see the module docstring).
+
+    The method the answers were produced with (their records' ``--projector-type`` and ``--reducer``) counts the
+    cost when ``projector_type`` / ``reducer`` are not given, and must equal them when they are.
+    """
+    records = load_records(results)
+    if not records:
         raise UserError(f"no benchmark scores found for run {name!r} in {os.fspath(results)!r} (expected files like gqa.json)")
-    run = Run(name=name, scores=scores, reducer=reducer)  # named even when a cost file gives its cost
+    protocols = {key: record.get("protocol") if isinstance(record.get("protocol"), Mapping) else None
+                 for key, record in records.items()}
+    projector_type, reducer = _recorded_method(name, method_of(protocols), projector_type, reducer)
+    run = Run(name=name, scores={key: record["score"] for key, record in records.items()}, reducer=reducer,
+              protocols=protocols, mme=mme_split(records.get("mme")))  # named even when a cost file gives its cost
     if Path(results).is_dir():
         run.ignored = [path.name for path in score_files(results)[1]]
     source = cost_file(results, cost)
@@ -250,12 +279,32 @@ def load_run(name: str, results: str | os.PathLike[str], cost: str | None = None
     return run
 
 
+def _recorded_method(name: str, recorded: Mapping[str, Any], projector_type: str | None,
+                     reducer: str | None) -> tuple[str | None, str | None]:
+    """The projector type and reducer a run is counted with: the flags', else its answers' records'."""
+    from llava.model.reducers import NO_REDUCER
+
+    out = []
+    for flag, given, key in (("--projector-type", projector_type, "projector_type"), ("--reducer", reducer, "reducer")):
+        found = recorded.get(key)
+        found = None if found in (None, NO_REDUCER) else found
+        if given is not None and found is not None and given != found:
+            raise UserError(f"{flag} {name}={given} disagrees with run {name!r}'s answers, produced with {key} {found}; "
+                            f"give {flag} {name}={found} or drop the flag")
+        out.append(given if given is not None else found)
+    return out[0], out[1]
+
+
 # -- the comparison ----------------------------------------------------------------------------------
-def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
+def compare(runs: Sequence[Run], vanilla: str, strict_protocol: bool = False) -> Comparison:
     """Normalise every run by ``vanilla`` (a run name or ``paper-vanilla``) and find the Pareto front.
+
+    A run measured under another protocol than the pinned one (:mod:`llava.eval.protocol`; or than ``vanilla``'s on
+    conv mode and answer length) is labelled and left off the front, or refused with ``strict_protocol``.
 
     Raises:
         ValueError: For duplicate run names or an unknown ``vanilla``.
+        UserError: With ``strict_protocol``, for a run measured under another protocol.
     """
     names = [run.name for run in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -289,9 +338,37 @@ def compare(runs: Sequence[Run], vanilla: str) -> Comparison:
     extra = [column_label(key) for key in result.benchmarks if key in EXTRA_BENCHMARKS]
     if extra:
         result.notes.append(f"{', '.join(extra)} shown, not in Acc. (the paper's Acc. is over its Table-1 benchmarks)")
-    placed = [run for run in runs if run.flops is not None and result.acc[run.name] is not None]
+    _check_protocols(result, runs[names.index(vanilla)].protocols if vanilla in names else None, strict_protocol)
+    placed = [run for run in runs if run.flops is not None and result.acc[run.name] is not None
+              and not result.differences.get(run.name)]
     result.front = [placed[i].name for i in pareto_front([(run.flops, result.acc[run.name]) for run in placed])]
     return result
+
+
+def _check_protocols(result: Comparison, reference: Mapping[str, Any] | None, strict: bool) -> None:
+    """Fill ``result.differences`` and its notes; with ``strict``, refuse the first run that departs."""
+    for run in result.runs:
+        found = row_differences(run.protocols, run.mme, reference)
+        if not found:
+            continue
+        if strict:
+            raise UserError(f"run {run.name!r} was measured under another protocol ({'; '.join(found)}); answer it again "
+                            "with the pinned recipe (scripts/v1_5/eval) or drop --strict-protocol to see it labelled")
+        result.differences[run.name] = found
+        result.notes.append(f"{run.name} †: another protocol, not on the Pareto front ({'; '.join(found)})")
+    unknown = [run.name for run in result.runs if not run.protocols or any(p is None for p in run.protocols.values())]
+    if unknown:
+        result.notes.append(f"protocol not recorded for {', '.join(unknown)} (score files without the answers' record: "
+                            "scored by hand, by another tool or before this was recorded)")
+    result.notes.append(f"Protocol pinned: {recipe_text()}")
+
+
+def _mme_cell(run: Run) -> str:
+    if "mme" not in run.scores:
+        return "-"
+    if run.mme is None:
+        return "not recorded"
+    return f"{run.mme['perception']:.1f} / {run.mme['cognition']:.1f}"
 
 
 def _flops_unit(values: Sequence[float]) -> tuple[float, str]:
@@ -316,13 +393,18 @@ def _score_cell(score: float | None, relative: float | None) -> str:
 def format_table(result: Comparison) -> str:
     """A Markdown table in the paper's layout: per-benchmark score (ratio to Vanilla), Acc., FLOPs, latency."""
     scale, unit = _flops_unit([r.flops for r in result.runs if r.flops is not None])
-    header = ["Method", "Tokens", *(column_label(k) for k in result.benchmarks), "Acc. (%)", f"FLOPs ({unit or '1'})", "Lat. (ms)", "Pareto"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    columns = [(column_label(k), k) for k in result.benchmarks]
+    if "mme" in result.benchmarks:  # the split right after the MME score
+        at = result.benchmarks.index("mme") + 1
+        columns[at:at] = [("MME P / C", None)]
+    header = ["Method", "Tokens", "Prompt", *(label for label, _ in columns), "Acc. (%)", f"FLOPs ({unit or '1'})", "Lat. (ms)",
+              "Pareto"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
     for run in result.runs:
         relative = result.relative.get(run.name, {})
         cells = [
-            run.label, run.tokens_cell,
-            *(_score_cell(run.scores.get(k), relative.get(k)) for k in result.benchmarks),
+            run.label + (" †" if result.differences.get(run.name) else ""), run.tokens_cell, prompt_cell(run.protocols),
+            *(_mme_cell(run) if k is None else _score_cell(run.scores.get(k), relative.get(k)) for _, k in columns),
             _number(result.acc.get(run.name)), "-" if run.flops is None else f"{run.flops / scale:.3g}",
             _number(run.latency_ms, 2), "yes" if run.name in result.front else "",
         ]
@@ -409,6 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="count run NAME's --checkpoint with this in-LLM reducer, per layer (as the loaders' --reducer ran it)")
     parser.add_argument("--prompt-tokens", "--prompt_tokens", type=int, default=52,
                         help="text tokens besides the visual ones for --checkpoint FLOPs (default %(default)s, the paper's fit)")
+    parser.add_argument("--strict-protocol", "--strict_protocol", dest="strict_protocol", action="store_true",
+                        help="refuse a run measured under another protocol instead of labelling it")
     parser.add_argument("--out", default=None, help="write the Markdown table here")
     parser.add_argument("--json", default=None, help="write the table's numbers as JSON here")
     parser.add_argument("--figure", default=None, help="write the Acc.-vs-FLOPs PNG here")
@@ -439,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> Comparison:
     guard_outputs(inputs=inputs, files={"--out": args.out, "--json": args.json, "--figure": args.figure})
     runs = [load_run(name, path, costs.get(name), checkpoints.get(name), args.prompt_tokens, types.get(name),
                      reducers.get(name)) for name, path in named]
-    result = compare(runs, args.vanilla)
+    result = compare(runs, args.vanilla, strict_protocol=args.strict_protocol)
     table = format_table(result)
     if args.figure:
         plot_pareto(args.figure, result)

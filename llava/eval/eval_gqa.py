@@ -24,6 +24,7 @@ import os
 from typing import Any, Sequence
 
 from llava.eval.files import QUESTION_ID, check_records, guard_outputs, ordinal, read_json, report_missing, write_score
+from llava.eval.protocol import answers_protocol
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=str, required=True, help="e.g. testdev_balanced_questions.json")
     parser.add_argument("--predictions", type=str, required=True, help="output of convert_gqa_for_eval.py")
+    parser.add_argument("--answers-file", "--answers_file", dest="answers_file", default=None,
+                        help="the answers the predictions were converted from: their record names the protocol in --output-json")
     parser.add_argument("--output-json", "--output_json", dest="output_json", default=None)
     return parser
 
@@ -96,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     setup_logging()
-    guard_outputs(inputs={"--questions": args.questions, "--predictions": args.predictions}, files={"--output-json": args.output_json})
+    guard_outputs(inputs={"--questions": args.questions, "--predictions": args.predictions, "--answers-file": args.answers_file},
+                  files={"--output-json": args.output_json})
     predictions = check_records(read_json(args.predictions, what="GQA predictions"), {"questionId": QUESTION_ID, "prediction": str},
                                 f"GQA predictions {args.predictions!r}", "written by scripts/convert_gqa_for_eval.py")
     result = score(load_questions(args.questions), predictions)
@@ -106,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return write_score(
         args.output_json, "gqa", result["accuracy"], "accuracy (%) on testdev-balanced",
         questions=result["questions"], unanswered=result["unanswered"], structural=result["structural"],
-        predictions=os.fspath(args.predictions),
+        predictions=os.fspath(args.predictions), protocol=answers_protocol(args.answers_file),
     )
 
 

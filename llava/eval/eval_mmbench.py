@@ -25,6 +25,7 @@ import string
 from typing import Any, Sequence
 
 from llava.eval.files import guard_outputs, is_missing, read_answers, read_tsv, report_missing, write_score
+from llava.eval.protocol import answers_protocol
 from llava.utils import UserError, cli_main, setup_logging
 
 LETTERS = tuple(string.ascii_uppercase)
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.output_json, "mmbench" if args.lang == "en" else "mmbench_cn", result["accuracy"],
         "local circular accuracy (%) on a dev split", questions=result["questions"], rounds=result["rounds"],
         missing=result["missing"],
-        result_file=os.fspath(args.result_file),
+        result_file=os.fspath(args.result_file), protocol=answers_protocol(args.result_file),
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 from llava.constants import SHORT_ANSWER_PROMPT
 from llava.eval.files import read_answers, report_missing, write_score
+from llava.eval.protocol import answers_protocol
 from llava.outputs import atomic_folder, guard_outputs
 from llava.utils import UserError, cli_main, setup_logging
 
@@ -216,13 +217,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     setup_logging()
     if args.experiment is None and args.results_dir is None:
         raise UserError("give --experiment (convert and score) or --results_dir (score only)")
-    results_dir = args.results_dir
+    results_dir, protocol = args.results_dir, None
     if args.experiment is not None:
         data_dir = Path(args.data_dir)
         results_dir = results_dir or data_dir / "eval_tool" / "answers" / args.experiment
         answers = data_dir / "answers" / f"{args.experiment}.jsonl"
         inputs = {"--experiment answers": answers, "--data-dir benchmark": data_dir / BENCHMARK_FOLDER}
         guard_outputs(inputs=inputs, files={"--output-json": args.output_json}, folders={"--results_dir": results_dir})
+        protocol = answers_protocol(answers)  # a record that does not parse stops before anything is written
         written = convert_answers(answers, data_dir / BENCHMARK_FOLDER, results_dir)
         logger.info("wrote %d MME category files to %s", len(written), results_dir)
     else:
@@ -240,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.output_json, "mme", result["total"], "perception + cognition scores",
         perception=result["Perception"], cognition=result["Cognition"],
         tasks={name: task["score"] for name, task in result["tasks"].items()},
-        missing=result["missing"], results_dir=os.fspath(results_dir),
+        missing=result["missing"], results_dir=os.fspath(results_dir), protocol=protocol,
     )
 
 

@@ -60,6 +60,7 @@ from typing import Any
 
 from llava.eval.files import read_json, require_keys, write_json, write_score, write_text
 from llava.eval.judge import DEFAULT_TIMEOUT, JudgeClient, judge_from_env
+from llava.eval.protocol import answers_protocol
 from llava.eval.provenance import Provenance, file_digest
 from llava.outputs import guard_outputs, rejected_path
 from llava.utils import UserError, cli_main, setup_logging
@@ -352,9 +353,11 @@ def grade_all(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     question_file = os.path.join(os.path.expanduser(args.mmvet_path), "mm-vet.json")
     out = OutputFiles.for_run(args, client.model)
     # Every output checked before anything is read or a judge call is paid for (a read-only or full disk too).
-    guard_outputs(inputs={"--mmvet_path mm-vet.json": question_file, "--model results": results_file},
+    answers = getattr(args, "answers_file", None)
+    guard_outputs(inputs={"--mmvet_path mm-vet.json": question_file, "--model results": results_file, "--answers-file": answers},
                   files={"grade file": out.grades, "score table": out.capabilities, "combination table": out.integrations,
                          "--output-json": args.output_json})
+    protocol = answers_protocol(answers)  # a broken record stops before a judge call is paid for
     questions = load_questions(args.mmvet_path, args.use_sub_set)
     predictions = load_predictions(results_file, questions)
     prompt = _prompt(args)
@@ -381,7 +384,8 @@ def grade_all(args: argparse.Namespace, client: JudgeClient) -> dict[str, Any]:
     totals = scores["capabilities"]
     write_score(args.output_json, "mmvet", totals["total"], f"MM-Vet total, GPT judge {client.model}, mean of {args.num_run} runs",
                 std=totals["std"], runs=totals["runs"], questions=len(questions), capabilities=scores["capabilities"],
-                integrations=scores["integrations"], grade_file=os.fspath(out.grades))
+                integrations=scores["integrations"], grade_file=os.fspath(out.grades),
+                protocol=protocol)
     return scores
 
 
@@ -399,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     prompt.add_argument("--prompt-file", default=None, help="a file holding the grading prompt (default: the shipped one)")
     parser.add_argument("--openai_api_key", default=None, help="used when OPENAI_API_KEY is not set")
     parser.add_argument("--output-json", default=None, help="also write the scores for llava.eval.summarize (mmvet.json)")
+    parser.add_argument("--answers-file", "--answers_file", dest="answers_file", default=None,
+                        help="the answers MODEL.json was converted from: their record names the protocol in --output-json")
     parser.add_argument("--max-retries", type=int, default=6, help="retries of a rate-limited or failed call")
     parser.add_argument("--judge-timeout", type=float, default=DEFAULT_TIMEOUT,
                         help="seconds one judge call may take in all, however slowly the endpoint answers")

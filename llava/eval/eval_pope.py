@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from llava.eval.files import QUESTION_ID, check_records, guard_outputs, read_answers, read_jsonl, report_missing, write_score
+from llava.eval.protocol import answers_protocol
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return write_score(
         args.output_json, "pope", mean_f1, "F1 x100, mean over splits",
         splits={split: asdict(metrics) for split, metrics in results.items()}, missing=missing,
-        result_file=os.fspath(args.result_file),
+        result_file=os.fspath(args.result_file), protocol=answers_protocol(args.result_file),
     )
 
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llava.eval.files import check_records, guard_outputs, read_answers, read_json, report_missing, write_score
+from llava.eval.protocol import answers_protocol
 from llava.utils import UserError, cli_main, setup_logging
 
 QUESTION_TYPES = {0: "yes/no", 1: "how", 2: "what"}
@@ -137,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for name, value in scores[kind].items():
             print(f"  {name:<22} {value:6.2f}%")
     write_score(args.output_json, "qbench", scores["accuracy"], "Q-Bench LLVisionQA dev accuracy (%)",
-                **{key: value for key, value in scores.items() if key != "accuracy"})
+                protocol=answers_protocol(args.answers_file), **{key: value for key, value in scores.items() if key != "accuracy"})
     return scores
 
 

@@ -26,6 +26,7 @@ import re
 from typing import Any, Sequence
 
 from llava.eval.files import guard_outputs, read_answers, read_json, report_missing, write_json, write_score
+from llava.eval.protocol import answers_protocol
 from llava.utils import UserError, cli_main, setup_logging
 
 DEFAULT_OPTIONS = ["A", "B", "C", "D", "E"]
@@ -190,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.output_json, "sqa", result["img_accuracy"], "IMG-Accuracy (%) on ScienceQA-IMG",
         accuracy=result["accuracy"], total=result["total"], img_total=result["img_total"], missing=len(result["missing"]),
         splits=result["splits"], result_file=os.fspath(args.result_file),
+        protocol=answers_protocol(args.result_file),
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from llava.eval.files import check_records, guard_outputs, read_answers, read_json, report_missing, write_score
 from llava.eval.m4c_evaluator import TextVQAAccuracyEvaluator
+from llava.eval.protocol import answers_protocol
 from llava.utils import UserError, cli_main, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         record = write_score(
             args.output_json, "textvqa", summary["accuracy"], "VQA soft accuracy x100",
             samples=summary["samples"], missing=len(summary["missing"]), result_file=os.fspath(args.result_file),
+            protocol=answers_protocol(args.result_file),
         )
     if args.result_dir is not None:
         for name in sorted(os.listdir(args.result_dir)):

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llava.eval.files import write_json
+from llava.eval.files import guard_outputs, write_json
 from llava.utils import UserError
 
 SIDECAR_SUFFIX = ".meta.json"
@@ -269,7 +269,73 @@ class Provenance:
         write_json(self.path, {"format": FORMAT, "producer": self.producer, "skipped": self.skipped})
 
 
+def _holds_answers(answers: str | os.PathLike[str]) -> bool:
+    try:
+        with open(answers, "rb") as handle:
+            return any(line.strip() for line in handle)
+    except FileNotFoundError:
+        return False
+
+
+def merge_records(merged: str | os.PathLike[str], chunks: Sequence[str | os.PathLike[str]]) -> Path:
+    """Write the record of ``merged``, the concatenation of the answers files ``chunks`` (one per chunk of a run).
+
+    The chunks' producers must agree on everything but the questions they answered; the merged record keeps the
+    common producer with ``questions`` as the list of the chunks' question hashes, and every chunk's skips. A chunk
+    without answers and without a record (more devices than questions) is left out.
+
+    Raises:
+        UserError: If a chunk has no readable record, or two chunks were produced by different settings.
+    """
+    if not chunks:
+        raise UserError("give the chunk answers files whose records to merge")
+    producers, skipped = [], {}
+    chunks = [chunk for chunk in chunks if sidecar_path(chunk).is_file() or _holds_answers(chunk)]  # empty chunks made none
+    if not chunks:
+        raise UserError("none of the chunk answers files holds answers; run the loaders first")
+    for chunk in chunks:
+        path = sidecar_path(chunk)
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            producers.append(dict(saved["producer"]))
+            skipped.update(saved.get("skipped") or {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise UserError(f"chunk answers {os.fspath(chunk)!r} have no readable record {path.name}; answer that chunk "
+                            "again with the loader") from None
+    hashes = [producer.pop("questions", None) for producer in producers]
+    for chunk, producer in zip(chunks[1:], producers[1:]):
+        changes = _differences(producers[0], producer)
+        if changes:
+            raise UserError(f"chunk answers {os.fspath(chunks[0])!r} and {os.fspath(chunk)!r} were produced with other "
+                            f"settings ({'; '.join(changes)}); answer the chunks again with one setting")
+    target = sidecar_path(merged)
+    write_json(target, {"format": FORMAT, "producer": {**producers[0], "questions": hashes}, "skipped": skipped})
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """``python -m llava.eval.provenance MERGED CHUNK...``: the record of answers merged from chunks."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m llava.eval.provenance",
+                                     description="write the record (.meta.json) of an answers file merged from chunks")
+    parser.add_argument("merged", help="the merged answers file (its record is written next to it)")
+    parser.add_argument("chunks", nargs="+", help="the chunk answers files, each with its record")
+    args = parser.parse_args(argv)
+    if any(os.path.abspath(chunk) == os.path.abspath(args.merged) for chunk in args.chunks):
+        raise UserError(f"the merged answers {args.merged!r} is also given as a chunk; name the merged file first")
+    guard_outputs(inputs={f"chunk {chunk}": sidecar_path(chunk) for chunk in args.chunks},
+                  files={"the merged record": sidecar_path(args.merged)})
+    return merge_records(args.merged, args.chunks)
+
+
+if __name__ == "__main__":
+    from llava.utils import cli_main
+
+    raise SystemExit(cli_main(main))
+
+
 __all__ = [
-    "NEUTRAL_FLAGS", "Provenance", "file_digest", "folder_fingerprint", "model_files", "model_fingerprint", "producer_record",
+    "NEUTRAL_FLAGS", "Provenance", "file_digest", "folder_fingerprint", "merge_records", "model_files", "model_fingerprint", "producer_record",
     "records_fingerprint", "sidecar_path",
 ]

@@ -152,8 +152,9 @@ def score_files(folder: str | os.PathLike[str]) -> tuple[dict[str, Path], list[P
     return files, ignored
 
 
-def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
-    """Read benchmark scores from a results folder, a JSON mapping, or a published row's name (``"paper-vanilla"``).
+def load_records(source: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Read each benchmark's score record (``{"score", ...details}``) from a results folder, a JSON mapping, or a
+    published row's name (``"paper-vanilla"``); a bare number in a mapping becomes ``{"score": number}``.
 
     A folder's other ``*.json`` files are named in a warning (see :func:`score_files`).
 
@@ -163,20 +164,28 @@ def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
     """
     published = _published_row(source)
     if published is not None:
-        return published
+        return {key: {"score": value} for key, value in published.items()}
     path = Path(source)
     if path.is_dir():
         files, ignored = score_files(path)
         if ignored:
             logger.warning("%s: ignored %s (not score files of %s)", path, ", ".join(p.name for p in ignored),
                            ", ".join(f"{key}.json" for key in [*BENCHMARKS, *EXTRA_BENCHMARKS]))
-        return {key: _score_value(read_json(file, what="score file"), os.fspath(file)) for key, file in files.items()}
-    if not path.is_file():
+        named = {key: (read_json(file, what="score file"), os.fspath(file)) for key, file in files.items()}
+    elif not path.is_file():
         raise FileNotFoundError(f"results {os.fspath(path)!r} is neither a folder nor a JSON file")
-    mapping = read_json(path, what="scores file")
-    if not isinstance(mapping, Mapping):
-        raise ValueError(f"scores file {os.fspath(path)!r} must hold a JSON object of benchmark -> score")
-    return {benchmark_key(name): _score_value(value, f"{os.fspath(path)}[{name!r}]") for name, value in mapping.items()}
+    else:
+        mapping = read_json(path, what="scores file")
+        if not isinstance(mapping, Mapping):
+            raise ValueError(f"scores file {os.fspath(path)!r} must hold a JSON object of benchmark -> score")
+        named = {benchmark_key(name): (value, f"{os.fspath(path)}[{name!r}]") for name, value in mapping.items()}
+    return {key: {**(value if isinstance(value, Mapping) else {}), "score": _score_value(value, where)}
+            for key, (value, where) in named.items()}
+
+
+def load_scores(source: str | os.PathLike[str]) -> dict[str, float]:
+    """The scores of :func:`load_records` (same sources, same errors)."""
+    return {key: record["score"] for key, record in load_records(source).items()}
 
 
 def input_files(source: str | os.PathLike[str] | None) -> list[Path]:

@@ -21,6 +21,7 @@ from typing import Any
 from llava.eval.compare import Comparison, Run, compare
 from llava.eval.compare import format_table as compare_table
 from llava.eval.files import read_jsonl
+from llava.eval.protocol import answers_protocol
 
 
 def normalise(text: str) -> str:
@@ -114,6 +115,7 @@ def comparison(results: Sequence[RunResult]) -> Comparison:
             name=r.projector, scores={c: 100 * a for c, a in r.score.by_category.items()}, flops=float(r.flops["total"]),
             latency_ms=1000 * r.seconds.get("eval", 0.0) / max(r.score.answered, 1), tokens=r.visual_tokens,
             cost_source=f"FLOPs analytic ({r.flops['accounting']})",
+            protocols=dict.fromkeys(r.score.by_category, answers_protocol(r.answers)),
         )
         for r in results
     ]

@@ -19,7 +19,8 @@ if [ -n "${LOADER_ARGS:-}" ]; then read -ra _loader_args <<< "$LOADER_ARGS"; MOD
 
 # answer_in_chunks QUESTION_FILE IMAGE_FOLDER ANSWERS_DIR
 # Runs llava.eval.model_vqa_loader once per GPU in CUDA_VISIBLE_DEVICES on its chunk of the questions, waits
-# for all of them (a failed chunk fails the script), and concatenates the chunks into ANSWERS_DIR/merge.jsonl.
+# for all of them (a failed chunk fails the script), and concatenates the chunks into ANSWERS_DIR/merge.jsonl
+# (with their common record merge.jsonl.meta.json).
 answer_in_chunks() {
     local questions=$1 images=$2 answers=$3
     local -a gpus pids
@@ -35,8 +36,12 @@ answer_in_chunks() {
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid"; done
+    local -a parts
     : > "$answers/merge.jsonl"
     for idx in $(seq 0 $((chunks - 1))); do
         cat "$answers/${chunks}_${idx}.jsonl" >> "$answers/merge.jsonl"
+        parts+=("$answers/${chunks}_${idx}.jsonl")
     done
+    # merge.jsonl.meta.json: the chunks' common record, so the scorers can state the protocol of the merged answers
+    python -m llava.eval.provenance "$answers/merge.jsonl" "${parts[@]}"
 }

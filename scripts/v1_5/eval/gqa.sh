@@ -17,6 +17,7 @@ python scripts/convert_gqa_for_eval.py --src $output_file --dst $GQADIR/testdev_
 python -m llava.eval.eval_gqa \
     --questions $GQADIR/testdev_balanced_questions.json \
     --predictions $GQADIR/testdev_balanced_predictions.json \
+    --answers-file $output_file \
     --output-json $RESULTS/gqa.json
 
 if [ -f $GQADIR/eval/eval.py ]; then

@@ -24,6 +24,7 @@ if [ -n "${OPENAI_API_KEY:-}${OPENAI_BASE_URL:-}" ]; then
         --result_path ./playground/data/eval/mm-vet/results \
         --model "$CKPT" \
         --num_run "${MMVET_RUNS:-1}" \
+        --answers-file ./playground/data/eval/mm-vet/answers/$CKPT.jsonl \
         --output-json "$RESULTS/mmvet.json"
 else
     echo "Set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible judge) to grade ./playground/data/eval/mm-vet/results/$CKPT.json"

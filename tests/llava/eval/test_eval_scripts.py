@@ -42,6 +42,13 @@ def score(root: Path, name: str) -> dict[str, Any]:
     return json.loads((root / "playground/data/eval/results" / CKPT / f"{name}.json").read_text())
 
 
+def recorded(prompt: dict[str, Any]) -> dict[str, Any]:
+    """The protocol a score file must record for answers made by common.sh's settings (greedy, 3 new tokens)."""
+    return {"prompt": {"conv_mode": "vicuna_v1", **prompt},
+            "decoding": {"temperature": 0.0, "top_p": None, "num_beams": 1, "max_new_tokens": 3},
+            "method": {"projector_type": None, "projector_settings": {}, "reducer": None}}
+
+
 @pytest.fixture
 def playground(tmp_path: Path, request: pytest.FixtureRequest):
     def make(script: str) -> tuple[Path, dict[str, Any]]:
@@ -68,6 +75,9 @@ def test_mme(playground, checkpoint: Path) -> None:
     result = score(root, "mme")
     assert result["tasks"] == pytest.approx(tasks)
     assert result["score"] == pytest.approx(sum(tasks.values()))
+    # the split the comparison states: artwork is a perception task, code_reasoning a cognition one
+    assert (result["perception"], result["cognition"]) == pytest.approx((tasks["artwork"], tasks["code_reasoning"]))
+    assert result["protocol"] == recorded({})
     tool = root / "playground/data/eval/MME/eval_tool/answers" / CKPT
     assert sorted(p.name for p in tool.glob("*.txt")) == ["artwork.txt", "code_reasoning.txt"]
     assert (tool / "artwork.txt").read_text().splitlines()[0].split("\t")[:3] == [
@@ -89,6 +99,8 @@ def test_mmbench(playground, checkpoint: Path, script: str) -> None:
     assert list(upload["prediction"].fillna("")) == [a["text"] for a in answers]
     result = score(root, "mmbench_cn" if "cn" in script else "mmbench")
     assert result["questions"] == 3 and result["missing"] == [] and 0 <= result["score"] <= 100
+    lang = "cn" if "cn" in script else "en"
+    assert result["protocol"] == recorded({"single_pred_prompt": True, "all_rounds": False, "lang": lang})
 
 
 def test_seed(playground, checkpoint: Path) -> None:
@@ -112,6 +124,11 @@ def test_gqa(playground, checkpoint: Path) -> None:
     assert predictions == [{"questionId": a["question_id"], "prediction": a["text"].rstrip(".").lower()} for a in merged]
     hits = [p["prediction"] == data["truth"][p["questionId"]][0] for p in predictions]
     assert score(root, "gqa")["score"] == pytest.approx(100 * sum(hits) / 3)
+    # merge.jsonl gets the chunks' common record, which the scorer copies into gqa.json
+    chunk = json.loads((folder / "answers/llava_gqa_testdev_balanced" / CKPT / "1_0.jsonl.meta.json").read_text())["producer"]
+    merged = json.loads((folder / "answers/llava_gqa_testdev_balanced" / CKPT / "merge.jsonl.meta.json").read_text())["producer"]
+    assert merged == {**chunk, "questions": [chunk["questions"]]}
+    assert score(root, "gqa")["protocol"] == recorded({})
 
 
 def test_pope(playground, checkpoint: Path) -> None:
@@ -184,6 +201,7 @@ def test_sqa(playground, checkpoint: Path) -> None:
     right = {pid: letter(answers[pid]["text"], len(p["choices"])) == p["answer"] for pid, p in data["problems"].items() if pid in answers}
     result = score(root, "sqa")
     assert result["score"] == pytest.approx(100 * (right["5"] + right["7"]) / 2)
+    assert result["protocol"] == recorded({"single_pred_prompt": True})
     assert result["accuracy"] == pytest.approx(100 * sum(right.values()) / 3)
     assert json.loads((folder / f"{CKPT}_result.json").read_text())["count"] == 3
 

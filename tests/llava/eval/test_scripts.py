@@ -56,6 +56,11 @@ def test_answer_in_chunks_runs_one_loader_per_device_and_merges(tiny_llava_check
     assert all(chunks), "each device should have answered a non-empty chunk"
     assert merged == chunks[0] + chunks[1]
     assert [line["question_id"] for line in merged] == bench_data.vqa_ids
+    # the merged answers' record: the chunks' common producer, their question hashes in chunk order
+    producers = [json.loads((answers / f"2_{i}.jsonl.meta.json").read_text())["producer"] for i in (0, 1)]
+    record = json.loads((answers / "merge.jsonl.meta.json").read_text())["producer"]
+    assert record == {**producers[0], "questions": [p["questions"] for p in producers]}
+    assert producers[0]["questions"] != producers[1]["questions"]
 
 
 def test_a_failing_chunk_fails_the_loop(bench_data: BenchData, tmp_path: Path) -> None:

@@ -67,9 +67,9 @@ def test_table_figure_and_json(tmp_path: Path):
     results = [_result("mlp2x_gelu", 64, 0.7), _result("braco_c2s5", 9, 0.6), _result("braco_c1s0", 1, 0.5)]
     lines = format_table(results).splitlines()
     # the llava.eval.compare table: question types as benchmarks, ratio to mlp2x_gelu, Acc., FLOPs, time per question
-    assert lines[0] == "| Method | Tokens | colour_at | count | Acc. (%) | FLOPs (M) | Lat. (ms) | Pareto |"
-    assert lines[2] == "| mlp2x_gelu | 64 | 70.0 (100.0%) | 70.0 (100.0%) | 100.0 | 64 | 300.00 | yes |"
-    assert lines[3] == f"| braco_c2s5 | 9 | 60.0 ({600 / 7:.1f}%) | 60.0 ({600 / 7:.1f}%) | {600 / 7:.1f} | 9 | 300.00 | yes |"
+    assert lines[0] == "| Method | Tokens | Prompt | colour_at | count | Acc. (%) | FLOPs (M) | Lat. (ms) | Pareto |"
+    assert lines[2] == "| mlp2x_gelu | 64 | not recorded | 70.0 (100.0%) | 70.0 (100.0%) | 100.0 | 64 | 300.00 | yes |"
+    assert lines[3] == f"| braco_c2s5 | 9 | not recorded | 60.0 ({600 / 7:.1f}%) | 60.0 ({600 / 7:.1f}%) | {600 / 7:.1f} | 9 | 300.00 | yes |"
     assert lines[4].startswith("| braco_c1s0 | 1 |") and lines[4].endswith("| yes |")
     table = "\n".join(lines)
     assert "test accounting" in table and "held-out answering wall time per question" in table
