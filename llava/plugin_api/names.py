@@ -16,6 +16,18 @@ PLUGIN_KINDS = ("projector", "reducer")
 _METHOD_NAME = re.compile(r"[a-z][a-z0-9]*")
 
 
+def _check_method_name(name: Any, example: str) -> None:
+    """Refuse a declaration's ``name`` that is not a method's one name, in one sentence showing ``example``."""
+    if not isinstance(name, str) or not _METHOD_NAME.fullmatch(name):
+        raise ValueError(f"a method's name is lower-case letters and digits, one word (e.g. {example!r}), got {name!r}")
+
+
+def _check_kind(kind: str) -> None:
+    """Refuse a plugin kind that is not one of :data:`PLUGIN_KINDS`."""
+    if kind not in PLUGIN_KINDS:
+        raise ValueError(f"unknown plugin kind {kind!r}; expected one of {list(PLUGIN_KINDS)}")
+
+
 # ---------------------------------------------------------------------------------------------- booleans
 
 #: The one spelling of booleans in flags and config files (any case): what :func:`parse_bool` accepts.

@@ -11,7 +11,7 @@ from typing import Any
 
 from .contract import BOUNDARIES, Boundary, ModelNeeds, ProjectorType, RunInfo
 from .cost import CostModel
-from .names import _METHOD_NAME, PLUGIN_KINDS, Setting
+from .names import Setting, _check_kind, _check_method_name
 from .view import CompressorView, ViewInputs
 
 
@@ -56,8 +56,7 @@ class CompressorPlugin:
     tokens_depend_on_image: bool | Callable[[Any], bool] = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _METHOD_NAME.fullmatch(self.name):
-            raise ValueError(f"a method's name is lower-case letters and digits, one word (e.g. 'mypool'), got {self.name!r}")
+        _check_method_name(self.name, "mypool")
         if self.boundary not in BOUNDARIES:
             raise ValueError(f"plugin {self.name!r} has boundary {self.boundary!r}; expected 'pre' or 'post'")
         if not isinstance(self.needs, ModelNeeds):
@@ -77,8 +76,7 @@ class CompressorPlugin:
 
     def types(self, kind: str = "projector") -> tuple[ProjectorType, ...]:
         """Its declared types of ``kind`` (one of :data:`PLUGIN_KINDS`)."""
-        if kind not in PLUGIN_KINDS:
-            raise ValueError(f"unknown plugin kind {kind!r}; expected one of {list(PLUGIN_KINDS)}")
+        _check_kind(kind)
         return self.projectors if kind == "projector" else ()
 
     @property

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .cost import CostModel, LMDims
-from .names import _METHOD_NAME, PLUGIN_KINDS, NameForm
+from .names import NameForm, _check_kind, _check_method_name
 from .view import CompressorView, ViewInputs
 
 if TYPE_CHECKING:  # for annotations only: importing the API must not import torch
@@ -179,15 +179,13 @@ class ReducerPlugin:
     reference_scores: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _METHOD_NAME.fullmatch(self.name):
-            raise ValueError(f"a method's name is lower-case letters and digits, one word (e.g. 'mydrop'), got {self.name!r}")
+        _check_method_name(self.name, "mydrop")
         unknown = [name for name in self.showcase if self.match(name) is None]
         if unknown:
             raise ValueError(f"reducer plugin {self.name!r} showcases {unknown}, which none of its forms matches")
 
     def types(self, kind: str = "reducer") -> tuple[ReducerType, ...]:
-        if kind not in PLUGIN_KINDS:
-            raise ValueError(f"unknown plugin kind {kind!r}; expected one of {list(PLUGIN_KINDS)}")
+        _check_kind(kind)
         return self.reducers if kind == "reducer" else ()
 
     def match(self, name: str) -> tuple[ReducerType, dict[str, int]] | None:
