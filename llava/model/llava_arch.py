@@ -14,7 +14,8 @@ The mixins keep upstream's public names and delegate the work to focused modules
 - :mod:`llava.model.compressor_text`: the question or prompt a text-reading compressor gets (``question_ids``);
 - :mod:`llava.model.patch_merge`: ``mm_patch_merge_type``, AnyRes stitching, ``unpad_image``, ``image_newline``;
 - :mod:`llava.model.splice`: input ids with markers + visual tokens → ``inputs_embeds``, labels, mask, positions;
-- :mod:`llava.model.vision_token_setup`: ``<im_patch>`` / ``<im_start>`` / ``<im_end>`` tokens.
+- :mod:`llava.model.vision_token_setup`: ``<im_patch>`` / ``<im_start>`` / ``<im_end>`` tokens;
+- :mod:`llava.model.output_hooks`: transformers' ``output_hidden_states`` hooks on the LLM's layers only (not the tower's).
 
 Those names stay importable from here, where upstream users look for them.
 
@@ -51,6 +52,7 @@ from .multimodal_encoder.builder import build_vision_tower
 from .multimodal_encoder.clip_encoder import CLIPVisionTower
 from .multimodal_projector.builder import build_vision_projector
 from .multimodal_projector.plugins import plugin_for, projector_needs, settings_in
+from .output_hooks import keep_capture_off_nested_models
 from .patch_merge import MergeLayout, new_image_newline, unpad_image, uses_unpad
 from .reducers import active_reducer, prompt_reduction, set_reducer
 from .reduction import STATE_KEY
@@ -91,6 +93,8 @@ class LlavaMetaModel:
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
+        # output_hidden_states / output_attentions hooks go on the LLM's layers only, never a second set on the tower
+        self.register_forward_pre_hook(keep_capture_off_nested_models, with_kwargs=True)
         if getattr(config, "mm_vision_tower", None):
             self.vision_tower = build_vision_tower(config, delay_load=True)
             self.mm_projector = build_vision_projector(config, vision_tower=self.vision_tower)

@@ -1,7 +1,9 @@
-"""The plugin API's name grammar and declarations (llava/plugin_api.py): every spelling of a type comes from its form."""
+"""The plugin API's name grammar and declarations (llava/plugin_api/): every spelling of a type comes from its form."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 
 import pytest
@@ -98,3 +100,42 @@ def test_a_method_has_one_name_of_letters_and_digits(name):
 def test_the_builtins_are_named_types():
     assert [entry.spelling for entry in builtin.PLUGIN.projectors] == ["linear", "mlp{N}x_gelu", "identity"]
     assert all(entry.form is not None for entry in builtin.PLUGIN.projectors)
+
+
+#: The public names of the plugin API, written out by hand: a plugin imports these from ``llava.plugin_api`` whatever
+#: module of the package keeps them, so a name that moves, disappears or appears must change this list on purpose.
+PUBLIC_NAMES = {
+    # words, the name grammar, settings
+    "BOOLEAN_WORDS", "FALSE_WORDS", "TRUE_WORDS", "PLUGIN_KINDS", "SETTING_TYPES", "NameForm", "Setting", "parse_bool",
+    # the projector contract
+    "BOUNDARIES", "TEXT_ENCODERS", "TEXT_NEEDS", "BuildContext", "BuiltProjector", "CompressorInputs", "ModelNeeds",
+    "ProjectorFactory", "ProjectorType", "RunInfo", "TowerShape", "mlp_projector",
+    # cost
+    "ELEMENTWISE_PARTS", "CostModel", "CostSetting", "LMDims", "ModuleCost", "attention_score_flops", "elementwise",
+    "linear_flops", "llm_prefill_flops", "projector_flops", "total",
+    # views, the declaration, the reducer kind
+    "CompressorView", "Picture", "ViewInputs", "CompressorPlugin",
+    "REDUCER_QUERIES", "Reducer", "ReducerBuild", "ReducerContext", "ReducerPlugin", "ReducerType", "Reduction",
+}
+
+
+def test_the_package_exports_exactly_the_public_names():
+    import llava.plugin_api as api
+
+    star: dict[str, object] = {}
+    exec("from llava.plugin_api import *", star)  # what a star import hands a plugin
+    assert len(api.__all__) == len(set(api.__all__))
+    assert set(api.__all__) == PUBLIC_NAMES
+    assert set(star) - {"__builtins__"} == PUBLIC_NAMES
+    # the annotation types stay importable by name, as before the package split (llava.cost.flops imports LMHead)
+    assert api.LMHead.__args__ == ("all", "last") and api.Boundary.__args__ == ("pre", "post")
+
+
+def test_each_public_name_is_one_object_kept_in_one_module():
+    import llava.plugin_api as api
+
+    kept = [name for name in sorted(PUBLIC_NAMES) if inspect.isclass(getattr(api, name)) or inspect.isfunction(getattr(api, name))]
+    for name in kept:
+        home = getattr(api, name).__module__
+        assert home.startswith("llava.plugin_api."), f"{name} is kept in {home}"
+        assert getattr(importlib.import_module(home), name) is getattr(api, name)
