@@ -266,26 +266,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_reducers(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
-    """``--reducer``: each reducer's LLM prefill per decoder layer, for every input of the pipeline."""
-    from llava.cost.reducer import reducer_prefill
-    from llava.plugin_api import LMDims
+    """``--reducer``: each reducer's LLM prefill per decoder layer (and, with ``--measure``, timed with and without it)."""
+    from .reducers import run_reducers
 
-    if args.measure:
-        raise ValueError("--measure with --reducer is not available yet: time a reducer through the command that runs it "
-                         "(run_llava or a loader with --reducer); drop --measure for the analytic per-layer table")
-    lm = LMDims.from_config(spec.llm)
-    tables = [reducer_prefill(name, lm, int(inp.label), args.prompt_tokens, count_attention=args.count_attention,
-                              lm_head=args.lm_head) for inp in spec.input(args.input_tokens) for name in args.reducer]
-    print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py); LLM prefill of {spec.name} per decoder layer "
-          f"({args.prompt_tokens} text tokens, attention scores {'counted' if args.count_attention else 'not counted'}, "
-          f"LM head on {args.lm_head} positions; each layer at its own token count, never averaged)")
-    for table in tables:
-        print(f"\n{table.name} ({table.method}): {table.total / 1e12:.3f} TFLOPs vs {table.baseline / 1e12:.3f} without it "
-              f"({table.total / table.baseline:.1%})")
-        print("layer  image  tokens   GFLOPs  selection GFLOPs")
-        for row in table.layers:
-            print(f"{row.layer:5d}  {row.visual:5d}  {row.tokens:6d}  {row.flops / 1e9:7.2f}  {row.selection / 1e9:7.3f}")
-    return {"pipeline_name": spec.name, "convention": CONVENTION, "reducers": [table.to_dict() for table in tables]}
+    _check_layer_counts(args, spec)
+    return run_reducers(args, spec)
 
 
 def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting, acc: Accounting) -> dict[str, Any]:

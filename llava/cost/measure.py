@@ -36,7 +36,7 @@ from .presets import PipelineSpec
 
 __all__ = [
     "MeasureOptions", "LiveTensorBytes", "describe_device", "time_call", "peak_memory", "profiler_flops", "measure_call",
-    "is_oom", "RandomPipeline", "OOM", "VALUES_NOTE",
+    "is_oom", "check_weights_fit", "RandomPipeline", "OOM", "VALUES_NOTE",
 ]
 
 logger = logging.getLogger(__name__)
@@ -219,6 +219,23 @@ def _free_bytes(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def check_weights_fit(name: str, models: Any, opts: MeasureOptions) -> None:
+    """Refuse, in one sentence, random weights of ``models`` (``(class, config)`` pairs) that would not fit the device.
+
+    Raises:
+        ValueError: When they need more than 90 % of the device's free memory.
+    """
+    with torch.device("meta"):
+        need = sum(p.numel() for cls, config in models for p in cls(config).parameters())
+    need *= torch.finfo(opts.dtype).bits // 8
+    free = _free_bytes(opts.device)
+    if need > 0.9 * free:
+        raise ValueError(
+            f"random {name} weights need {need / 2**30:.1f} GiB in {str(opts.dtype).removeprefix('torch.')} but {opts.device.type} has "
+            f"{free / 2**30:.1f} GiB free; cap the LLM with --layers N"
+        )
+
+
 class RandomPipeline:
     """Vision tower + projector + LLM of ``spec``'s shape with random weights, for prefill timing."""
 
@@ -227,15 +244,7 @@ class RandomPipeline:
         self.spec, self.opts = spec, opts
         self.vision_config = _with_layers(spec.vision, opts.vision_layers)
         self.llm_config = _with_layers(spec.llm, opts.llm_layers)
-        with torch.device("meta"):
-            need = sum(p.numel() for m in (vision_cls(self.vision_config), llm_cls(self.llm_config)) for p in m.parameters())
-        need *= torch.finfo(opts.dtype).bits // 8
-        free = _free_bytes(opts.device)
-        if need > 0.9 * free:
-            raise ValueError(
-                f"random {spec.name} weights need {need / 2**30:.1f} GiB in {str(opts.dtype).removeprefix('torch.')} but {opts.device.type} has "
-                f"{free / 2**30:.1f} GiB free; cap the LLM with --layers N"
-            )
+        check_weights_fit(spec.name, ((vision_cls, self.vision_config), (llm_cls, self.llm_config)), opts)
         torch.manual_seed(0)
         with torch.device(opts.device):
             self.vision = vision_cls._from_config(self.vision_config, dtype=opts.dtype, attn_implementation="sdpa").eval()
