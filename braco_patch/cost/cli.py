@@ -7,12 +7,16 @@
                [--json FILE]
                [--measure [--device cpu|cuda] [--dtype D] [--warmup 20] [--iters 100] [--batch-sizes 1 2 4 ...]
                 [--layers N] [--fast none|compile|cudagraph] [--parts boundary pipeline]]
+    braco cost --reducer NAME ... [--preset P | --config PATH] [--prompt-tokens 52] [--count-attention] [--lm-head all|last]
+               [--json FILE] [--measure [--device D] [--dtype D] [--warmup N] [--iters N] [--batch-sizes ...] [--layers N]]
 
 Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1), (b) the compressor per
 paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
 every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`llava.cost.module`; ``all`` = every
 registered method's types at ``--budgets``, refused in one sentence when no method plugin is registered); with ``--measure``,
 (d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
+``--reducer NAME ...`` prints instead each in-LLM reducer's LLM prefill per decoder layer and, with ``--measure``,
+(r) the prefill timed with each reducer against the same prefill without it (:mod:`.reducers`).
 ``--frames T`` makes tables (a) and (g) one video's prefill: T frames through the tower, compressor and projector,
 the LLM over their tokens (:mod:`llava.cost.video`). ``--table compressors`` prints (f) instead: the paper's
 module-cost table, method by method (:mod:`.by_type`). The defaults are the accounting that reproduces the paper (see
@@ -75,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="projector types instead of --budgets: Braco allocations (braco_c3s7, c4s9_idct) feed tables (a)-(c); "
                           "every type (any registered one, e.g. mlp2x_gelu, or 'all' = every plugin's types at --budgets) gets table (g)")
     src.add_argument("--reducer", nargs="+", default=None, metavar="NAME",
-                     help="in-LLM reducer types (e.g. fastv_k2_r50, pyramiddrop_s8_r50): the LLM prefill layer by layer")
+                     help="in-LLM reducer types (e.g. fastv_k2_r50, pyramiddrop_s8_r50): the LLM prefill layer by layer; "
+                          "with --measure, timed with each reducer and without it on one random-weight LLM")
     src.add_argument("--table", choices=["pipeline", "compressors"], default="pipeline",
                      help="pipeline: tables (a)-(c) (+ (g) for --projector); compressors: the paper's module-cost table "
                           "(tab:main_compressor_cost) at each of --budgets, method by method")
