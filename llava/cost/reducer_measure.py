@@ -22,6 +22,7 @@ fewer image tokens is refused (:func:`check_depth`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ import torch
 
 from llava.plugin_api import LMDims
 
-from .measure import MeasureOptions, _model_classes, _with_layers, check_weights_fit, measure_call
+from .measure import MeasureOptions, check_weights_fit, is_oom, measure_call, model_classes, time_calls, with_layers
 from .presets import PipelineSpec
 from .reducer import ReducerPrefill, reducer_prefill
 
@@ -42,8 +43,8 @@ class ReducerLLM:
     def __init__(self, spec: PipelineSpec, opts: MeasureOptions) -> None:
         from llava.model.reduction import install_hooks
 
-        llm_cls = _model_classes(spec)[1]
-        self.opts, self.config = opts, _with_layers(spec.llm, opts.llm_layers)
+        llm_cls = model_classes(spec)[1]
+        self.opts, self.config = opts, with_layers(spec.llm, opts.llm_layers)
         check_weights_fit(spec.name, ((llm_cls, self.config),), opts)
         torch.manual_seed(0)
         with torch.device(opts.device):
@@ -144,7 +145,9 @@ def measure_reducers(spec: PipelineSpec, plans: dict[tuple[str, str], ReducerPla
     """Each planned reducer's measured prefill next to the same prefill without it, per input and batch size, on one
     model (:class:`ReducerLLM`).
 
-    Every input and batch size times the plain prefill once, then each reducer on the same inputs. A row holds
+    Per input and batch size, the plain prefill and each reducer's are timed on the same inputs in interleaved rounds
+    (:func:`~.measure.time_calls`: one call of each per round, so a change of the machine's load weighs on all alike),
+    then each gets its peak-memory and profiler call. A row holds
     ``with`` and ``without`` (:func:`~.measure.measure_call` rows: ``analytic`` = the accounting's FLOPs,
     ``analytic_matmul`` = those without attention scores, both for the whole batch), ``measured_ratio`` (median with /
     median without, ``None`` after an OOM), ``analytic_ratio``, the timed layers and the reducer's steps not run.
@@ -159,11 +162,12 @@ def measure_reducers(spec: PipelineSpec, plans: dict[tuple[str, str], ReducerPla
         mine = [plan for (label, _), plan in plans.items() if label == inp.label]
         for batch in opts.batch_sizes:
             embeds, visual = model.inputs(batch, int(inp.label), text)
-            without = measure_call(lambda: model.prefill(embeds, visual, None, keep), opts,
-                                   batch * mine[0].analytic.baseline, batch * mine[0].matmul.baseline)
-            for plan in mine:
-                with_row = measure_call(lambda plan=plan: model.prefill(embeds, visual, plan.steps, keep), opts,
-                                        batch * plan.analytic.total, batch * plan.matmul.total)
+            calls = [functools.partial(model.prefill, embeds, visual, steps, keep) for steps in [None, *(p.steps for p in mine)]]
+            timings = _interleaved(calls, opts)
+            without = measure_call(calls[0], opts, batch * mine[0].analytic.baseline, batch * mine[0].matmul.baseline,
+                                   timing=timings[0])
+            for plan, call, timing in zip(mine, calls[1:], timings[1:]):
+                with_row = measure_call(call, opts, batch * plan.analytic.total, batch * plan.matmul.total, timing=timing)
                 rows.append({
                     "input": inp.label, "batch": batch, "reducer": plan.name, "method": plan.analytic.method,
                     "with": with_row, "without": without, "measured_ratio": _ratio(with_row, without),
@@ -172,3 +176,16 @@ def measure_reducers(spec: PipelineSpec, plans: dict[tuple[str, str], ReducerPla
                     "per_layer": plan.analytic.per_layer,
                 })
     return rows
+
+
+def _interleaved(calls: list[Any], opts: MeasureOptions) -> list[dict[str, float] | None]:
+    """:func:`~.measure.time_calls` of ``calls`` (the plain prefill, then each reducer's) in interleaved rounds; after
+    an out-of-memory error, ``None`` for each (:func:`~.measure.measure_call` then times each alone, or says OOM)."""
+    try:
+        return time_calls(calls, opts.device, opts.warmup, opts.iters)
+    except (RuntimeError, torch.OutOfMemoryError) as exc:
+        if not is_oom(exc):
+            raise
+        if opts.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return [None] * len(calls)
