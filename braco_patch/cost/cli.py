@@ -7,12 +7,16 @@
                [--json FILE]
                [--measure [--device cpu|cuda] [--dtype D] [--warmup 20] [--iters 100] [--batch-sizes 1 2 4 ...]
                 [--layers N] [--fast none|compile|cudagraph] [--parts boundary pipeline]]
+    braco cost --reducer NAME ... [--preset P | --config PATH] [--prompt-tokens 52] [--count-attention] [--lm-head all|last]
+               [--json FILE] [--measure [--device D] [--dtype D] [--warmup N] [--iters N] [--batch-sizes ...] [--layers N]]
 
 Prints (a) full-pipeline prefill FLOPs of vanilla vs each budget (paper Table 1), (b) the compressor per
 paper step, official computation next to ours, (c) the pre-/post-projector boundary; with ``--projector``, (g)
 every projector type's module and pipeline FLOPs, asked of its plugin (:mod:`llava.cost.module`; ``all`` = every
 registered method's types at ``--budgets``, refused in one sentence when no method plugin is registered); with ``--measure``,
 (d) measured compressor latency/memory/FLOPs, (e) measured full-pipeline prefill and (h) each type as built.
+``--reducer NAME ...`` prints instead each in-LLM reducer's LLM prefill per decoder layer and, with ``--measure``,
+(r) the prefill timed with each reducer against the same prefill without it (:mod:`.reducers`).
 ``--frames T`` makes tables (a) and (g) one video's prefill: T frames through the tower, compressor and projector,
 the LLM over their tokens (:mod:`llava.cost.video`). ``--table compressors`` prints (f) instead: the paper's
 module-cost table, method by method (:mod:`.by_type`). The defaults are the accounting that reproduces the paper (see
@@ -75,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="projector types instead of --budgets: Braco allocations (braco_c3s7, c4s9_idct) feed tables (a)-(c); "
                           "every type (any registered one, e.g. mlp2x_gelu, or 'all' = every plugin's types at --budgets) gets table (g)")
     src.add_argument("--reducer", nargs="+", default=None, metavar="NAME",
-                     help="in-LLM reducer types (e.g. fastv_k2_r50, pyramiddrop_s8_r50): the LLM prefill layer by layer")
+                     help="in-LLM reducer types (e.g. fastv_k2_r50, pyramiddrop_s8_r50): the LLM prefill layer by layer; "
+                          "with --measure, timed with each reducer and without it on one random-weight LLM")
     src.add_argument("--table", choices=["pipeline", "compressors"], default="pipeline",
                      help="pipeline: tables (a)-(c) (+ (g) for --projector); compressors: the paper's module-cost table "
                           "(tab:main_compressor_cost) at each of --budgets, method by method")
@@ -266,26 +271,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_reducers(args: argparse.Namespace, spec: PipelineSpec) -> dict[str, Any]:
-    """``--reducer``: each reducer's LLM prefill per decoder layer, for every input of the pipeline."""
-    from llava.cost.reducer import reducer_prefill
-    from llava.plugin_api import LMDims
+    """``--reducer``: each reducer's LLM prefill per decoder layer (and, with ``--measure``, timed with and without it)."""
+    from .reducers import run_reducers
 
-    if args.measure:
-        raise ValueError("--measure with --reducer is not available yet: time a reducer through the command that runs it "
-                         "(run_llava or a loader with --reducer); drop --measure for the analytic per-layer table")
-    lm = LMDims.from_config(spec.llm)
-    tables = [reducer_prefill(name, lm, int(inp.label), args.prompt_tokens, count_attention=args.count_attention,
-                              lm_head=args.lm_head) for inp in spec.input(args.input_tokens) for name in args.reducer]
-    print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py); LLM prefill of {spec.name} per decoder layer "
-          f"({args.prompt_tokens} text tokens, attention scores {'counted' if args.count_attention else 'not counted'}, "
-          f"LM head on {args.lm_head} positions; each layer at its own token count, never averaged)")
-    for table in tables:
-        print(f"\n{table.name} ({table.method}): {table.total / 1e12:.3f} TFLOPs vs {table.baseline / 1e12:.3f} without it "
-              f"({table.total / table.baseline:.1%})")
-        print("layer  image  tokens   GFLOPs  selection GFLOPs")
-        for row in table.layers:
-            print(f"{row.layer:5d}  {row.visual:5d}  {row.tokens:6d}  {row.flops / 1e9:7.2f}  {row.selection / 1e9:7.3f}")
-    return {"pipeline_name": spec.name, "convention": CONVENTION, "reducers": [table.to_dict() for table in tables]}
+    _check_layer_counts(args, spec)
+    return run_reducers(args, spec)
 
 
 def _measure_types(args: argparse.Namespace, spec: PipelineSpec, types: list[str], setting, acc: Accounting) -> dict[str, Any]:

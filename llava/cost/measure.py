@@ -1,7 +1,8 @@
 """Measured cost of any LLaVA-style pipeline: latency, peak memory and profiler FLOPs, one protocol for all.
 
 - Latency: ``warmup`` untimed calls (default 20), then ``iters`` timed calls (100); median and standard
-  deviation. CUDA: one pair of CUDA events per call; CPU: ``time.perf_counter``.
+  deviation. CUDA: one pair of CUDA events per call; CPU: ``time.perf_counter``. Variants compared as a ratio
+  (:func:`time_calls`) are timed in interleaved rounds.
 - Peak memory of one call, above what was allocated before it (inputs, weights and cached constants excluded).
   CUDA: ``torch.cuda.max_memory_allocated``. CPU: :class:`LiveTensorBytes`, the peak of the bytes of live tensors
   created by ATen ops during the call (kernel-internal workspaces and allocator rounding are not seen; a compiled
@@ -22,6 +23,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,8 +37,8 @@ from .kineto import without_trace_markers
 from .presets import PipelineSpec
 
 __all__ = [
-    "MeasureOptions", "LiveTensorBytes", "describe_device", "time_call", "peak_memory", "profiler_flops", "measure_call",
-    "is_oom", "RandomPipeline", "OOM", "VALUES_NOTE",
+    "MeasureOptions", "LiveTensorBytes", "describe_device", "time_call", "time_calls", "peak_memory", "profiler_flops", "measure_call",
+    "is_oom", "check_weights_fit", "model_classes", "with_layers", "RandomPipeline", "OOM", "VALUES_NOTE",
 ]
 
 logger = logging.getLogger(__name__)
@@ -85,23 +87,37 @@ def is_oom(exc: BaseException) -> bool:
 # -- timing, memory, profiler ------------------------------------------------------------------------
 def time_call(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> dict[str, float]:
     """Median and standard deviation (ms) of ``iters`` timed calls after ``warmup`` untimed ones."""
+    return time_calls([fn], device, warmup, iters)[0]
+
+
+def time_calls(fns: Sequence[Callable[[], Any]], device: torch.device, warmup: int, iters: int) -> list[dict[str, float]]:
+    """:func:`time_call` of several functions at once, their calls interleaved: ``warmup`` untimed rounds, then
+    ``iters`` timed rounds of one call of each, so that a change of the machine's load during the run weighs on
+    every function alike (what a ratio between them needs on a shared machine)."""
     for _ in range(warmup):
-        fn()
+        for fn in fns:
+            fn()
     _sync(device)
-    samples = []
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(iters):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
-    return {"median_ms": statistics.median(samples), "std_ms": statistics.stdev(samples) if len(samples) > 1 else 0.0}
+        for fn, times in zip(fns, samples):
+            times.append(_timed(fn, device))
+    return [{"median_ms": statistics.median(times), "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0}
+            for times in samples]
+
+
+def _timed(fn: Callable[[], Any], device: torch.device) -> float:
+    """Milliseconds of one call: CUDA events on a GPU, ``time.perf_counter`` on a CPU."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 class LiveTensorBytes(TorchDispatchMode):
@@ -177,11 +193,13 @@ def profiler_flops(fn: Callable[[], Any], device: torch.device) -> dict[str, int
     return {"profiler_matmul": matmul, "profiler_total": matmul + other}
 
 
-def measure_call(fn: Callable[[], Any], opts: MeasureOptions, analytic: int, analytic_matmul: int, fast: bool = False) -> dict[str, Any]:
-    """Latency, peak memory and profiler FLOPs of ``fn`` (or ``OOM``), next to the analytic FLOPs."""
+def measure_call(fn: Callable[[], Any], opts: MeasureOptions, analytic: int, analytic_matmul: int, fast: bool = False,
+                 timing: dict[str, float] | None = None) -> dict[str, Any]:
+    """Latency, peak memory and profiler FLOPs of ``fn`` (or ``OOM``), next to the analytic FLOPs; ``timing``: its
+    latency already measured (a :func:`time_calls` entry), so only memory and FLOPs are taken here."""
     counts = {"analytic": analytic, "analytic_matmul": analytic_matmul}
     try:
-        row: dict[str, Any] = time_call(fn, opts.device, opts.warmup, opts.iters)
+        row: dict[str, Any] = dict(timing) if timing is not None else time_call(fn, opts.device, opts.warmup, opts.iters)
         row.update(peak_memory(fn, opts.device))
         if fast and opts.device.type == "cpu":
             row["memory_method"] += " (compiled code runs eagerly under the account: this is the eager peak)"
@@ -196,7 +214,8 @@ def measure_call(fn: Callable[[], Any], opts: MeasureOptions, analytic: int, ana
 
 
 # -- full pipeline with random weights ----------------------------------------------------------------
-def _with_layers(config: Any, layers: int | None) -> Any:
+def with_layers(config: Any, layers: int | None) -> Any:
+    """``config`` with ``num_hidden_layers`` capped at ``layers`` (unchanged for ``None`` or a cap at or above it)."""
     if layers is None or layers >= config.num_hidden_layers:
         return config
     values = config.to_dict()
@@ -205,7 +224,8 @@ def _with_layers(config: Any, layers: int | None) -> Any:
     return type(config)(**values)
 
 
-def _model_classes(spec: PipelineSpec):
+def model_classes(spec: PipelineSpec) -> tuple[type, type]:
+    """The transformers classes of ``spec``'s vision tower and LLM (CLIP or SigLIP; LLaMA or Qwen2)."""
     from transformers import CLIPVisionModel, LlamaForCausalLM, Qwen2ForCausalLM, SiglipVisionModel
 
     vision = CLIPVisionModel if spec.vision.model_type == "clip_vision_model" else SiglipVisionModel
@@ -219,23 +239,32 @@ def _free_bytes(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def check_weights_fit(name: str, models: Any, opts: MeasureOptions) -> None:
+    """Refuse, in one sentence, random weights of ``models`` (``(class, config)`` pairs) that would not fit the device.
+
+    Raises:
+        ValueError: When they need more than 90 % of the device's free memory.
+    """
+    with torch.device("meta"):
+        need = sum(p.numel() for cls, config in models for p in cls(config).parameters())
+    need *= torch.finfo(opts.dtype).bits // 8
+    free = _free_bytes(opts.device)
+    if need > 0.9 * free:
+        raise ValueError(
+            f"random {name} weights need {need / 2**30:.1f} GiB in {str(opts.dtype).removeprefix('torch.')} but {opts.device.type} has "
+            f"{free / 2**30:.1f} GiB free; cap the LLM with --layers N"
+        )
+
+
 class RandomPipeline:
     """Vision tower + projector + LLM of ``spec``'s shape with random weights, for prefill timing."""
 
     def __init__(self, spec: PipelineSpec, opts: MeasureOptions, lm_head: str = "all") -> None:
-        vision_cls, llm_cls = _model_classes(spec)
+        vision_cls, llm_cls = model_classes(spec)
         self.spec, self.opts = spec, opts
-        self.vision_config = _with_layers(spec.vision, opts.vision_layers)
-        self.llm_config = _with_layers(spec.llm, opts.llm_layers)
-        with torch.device("meta"):
-            need = sum(p.numel() for m in (vision_cls(self.vision_config), llm_cls(self.llm_config)) for p in m.parameters())
-        need *= torch.finfo(opts.dtype).bits // 8
-        free = _free_bytes(opts.device)
-        if need > 0.9 * free:
-            raise ValueError(
-                f"random {spec.name} weights need {need / 2**30:.1f} GiB in {str(opts.dtype).removeprefix('torch.')} but {opts.device.type} has "
-                f"{free / 2**30:.1f} GiB free; cap the LLM with --layers N"
-            )
+        self.vision_config = with_layers(spec.vision, opts.vision_layers)
+        self.llm_config = with_layers(spec.llm, opts.llm_layers)
+        check_weights_fit(spec.name, ((vision_cls, self.vision_config), (llm_cls, self.llm_config)), opts)
         torch.manual_seed(0)
         with torch.device(opts.device):
             self.vision = vision_cls._from_config(self.vision_config, dtype=opts.dtype, attn_implementation="sdpa").eval()

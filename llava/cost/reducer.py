@@ -81,8 +81,11 @@ def _selection_flops(lm: LMDims, tokens: int, queries: int) -> int:
 
 
 def reducer_prefill(name: str, lm: LMDims, visual: int, text: int, *, count_attention: bool = False,
-                    lm_head: str = "all") -> ReducerPrefill:
+                    lm_head: str = "all", depth: int | None = None) -> ReducerPrefill:
     """The per-layer prefill of reducer ``name`` on an LLM of ``lm`` with ``visual`` image and ``text`` other tokens.
+
+    ``depth`` counts only the first ``depth`` decoder layers of that LLM (a capped measurement): the reducer acts as on
+    the whole LLM, its steps at later layers do not run, and the LM head reads the last counted layer's rows.
 
     Raises:
         UserError: For an unknown reducer, or one whose plugin declares no ``layer_tokens``.
@@ -97,10 +100,14 @@ def reducer_prefill(name: str, lm: LMDims, visual: int, text: int, *, count_atte
     per_layer = list(cost.layer_tokens(choice.build(lm), visual))
     if len(per_layer) != lm.layers:
         raise ValueError(f"reducer {name!r} counted {len(per_layer)} layers for a {lm.layers}-layer LLM")
+    depth = lm.layers if depth is None else min(depth, lm.layers)
+    per_layer = per_layer[:depth]
     steps = build_steps(name, _config_of(lm))
     selection: dict[int, int] = {}
     for group in steps.values():
         for step in group:
+            if step.layer >= depth:
+                continue
             queries = step.query_rows if step.query_rows is not None else text
             # the rows a selection reads: the reducing layer's input before its drop (= the layer before's rows)
             seen = (per_layer[step.layer - 1] if step.layer > 0 else visual) + text
@@ -110,8 +117,8 @@ def reducer_prefill(name: str, lm: LMDims, visual: int, text: int, *, count_atte
         for layer, count in enumerate(per_layer)
     )
     head_rows = rows[-1].tokens if lm_head == "all" else 1
-    baseline = lm.layers * _layer_flops(lm, visual + text, count_attention) + linear_flops(visual + text if lm_head == "all" else 1, lm.hidden, lm.vocab)
-    accounting = {"text_tokens": text, "count_attention": count_attention, "lm_head": lm_head,
+    baseline = depth * _layer_flops(lm, visual + text, count_attention) + linear_flops(visual + text if lm_head == "all" else 1, lm.hidden, lm.vocab)
+    accounting = {"text_tokens": text, "count_attention": count_attention, "lm_head": lm_head, "layers": f"{depth} of {lm.layers}",
                   "per_layer": "every layer at its own token count; selections counted at the layer whose attention they read"}
     return ReducerPrefill(name, choice.plugin.name, rows, linear_flops(head_rows, lm.hidden, lm.vocab), baseline, accounting)
 

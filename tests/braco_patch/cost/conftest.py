@@ -10,13 +10,19 @@ TINY_LLM = {"hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2, 
             "num_key_value_heads": 2, "vocab_size": 100}
 
 
+def write_tiny_llava(folder, **llm):
+    """Write an upstream-LLaVA-style ``config.json`` (the tiny LLM, ``llm`` overriding its values) whose
+    ``mm_vision_tower`` is the tiny tower in a local folder; returns its path."""
+    (folder / "tower").mkdir()
+    (folder / "tower" / "config.json").write_text(json.dumps(TINY_TOWER))
+    config = {"model_type": "llava_llama", **TINY_LLM, **llm, "mm_vision_tower": "tower", "mm_hidden_size": 32,
+              "mm_projector_type": "mlp2x_gelu", "mm_vision_select_layer": -2}
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
 @pytest.fixture
 def tiny_llava(tmp_path):
     """An upstream-LLaVA-style ``config.json`` whose ``mm_vision_tower`` is a local folder."""
-    (tmp_path / "tower").mkdir()
-    (tmp_path / "tower" / "config.json").write_text(json.dumps(TINY_TOWER))
-    config = {"model_type": "llava_llama", **TINY_LLM, "mm_vision_tower": "tower", "mm_hidden_size": 32,
-              "mm_projector_type": "mlp2x_gelu", "mm_vision_select_layer": -2}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    return path
+    return write_tiny_llava(tmp_path)

@@ -2,7 +2,7 @@
 
 import torch
 
-from llava.cost.measure import LiveTensorBytes, peak_memory, profiler_flops, time_call
+from llava.cost.measure import LiveTensorBytes, peak_memory, profiler_flops, time_call, time_calls
 
 
 def test_live_tensor_bytes_by_hand():
@@ -28,6 +28,13 @@ def test_time_call_counts_every_timed_call():
     calls = []
     stats = time_call(lambda: calls.append(1), torch.device("cpu"), warmup=3, iters=7)
     assert len(calls) == 10 and stats["median_ms"] >= 0 and stats["std_ms"] >= 0
+
+
+def test_time_calls_interleaves_the_rounds():
+    """Variants compared as a ratio take turns, warm-up included: a drift of the machine's load hits each alike."""
+    calls = []
+    stats = time_calls([lambda: calls.append("a"), lambda: calls.append("b")], torch.device("cpu"), warmup=1, iters=2)
+    assert calls == ["a", "b"] * 3 and len(stats) == 2 and all(s["median_ms"] >= 0 for s in stats)
 
 
 def test_profiler_flops_split():

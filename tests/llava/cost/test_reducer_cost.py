@@ -39,13 +39,19 @@ def test_pyramiddrop_selections_read_each_stage_layers_input_before_its_drop() -
     assert table.lm_head == 2 * H * V
 
 
-def test_the_command_prints_every_layer_and_refuses_measure(capsys) -> None:
+def test_the_command_prints_every_layer_and_refuses_an_unknown_reducer(capsys) -> None:
     result = main(["--reducer", "fastv_k2_r50"])
     out = capsys.readouterr().out
     assert "never averaged" in out and out.count("\n   31  ") == 1
     assert result["reducers"][0]["layers"][2]["visual"] == 288
-    for argv, said in ((["--reducer", "fastv_k2_r50", "--measure"], "--measure with --reducer is not available yet"),
-                       (["--reducer", "fastv"], "unknown reducer 'fastv'")):
-        with pytest.raises(SystemExit) as exited:
-            main(argv)
-        assert exited.value.code == 2 and said in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["--reducer", "fastv"])
+    assert exited.value.code == 2 and "unknown reducer 'fastv'" in capsys.readouterr().err
+
+
+def test_a_capped_count_stops_at_its_depth() -> None:
+    """``depth``: the first layers of the whole LLM's run; steps at later layers (PyramidDrop's 16 and 24) not counted."""
+    table = reducer_prefill("pyramiddrop_s8_r50", LLAMA_7B, 576, 52, depth=9)
+    assert [row.visual for row in table.layers] == [576] * 8 + [288]
+    assert table.total == 8 * layer(628) + layer(340) + selection(628) + 2 * 340 * H * V
+    assert table.baseline == 9 * layer(628) + 2 * 628 * H * V
