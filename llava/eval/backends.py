@@ -66,7 +66,7 @@ class LocalBackend:
 
         args = self.args
         return lambda: load_generator(args.model_path, args.model_base, args.conv_mode, device, settings,
-                                      getattr(args, "projector_type", None), fast=fast)
+                                      getattr(args, "projector_type", None), fast=fast, reducer=getattr(args, "reducer", None))
 
 
 class EndpointBackend:
