@@ -38,10 +38,15 @@ class _Keep(Reducer):
         return Reduction(keep=ctx.visual.nonzero()[:, 1].view(ctx.visual.shape[0], -1))
 
 
-def _toy(name: str, showcase: tuple[str, ...], examples: tuple[str, ...], kept: int) -> ReducerPlugin:
-    """A plugin ``{name}_l{L}`` acting at layer L that keeps ``kept`` image tokens from there on."""
+class _Refuse(_Keep):
+    def __call__(self, ctx):
+        raise ValueError("toyboom refuses this prompt")
+
+
+def _toy(name: str, showcase: tuple[str, ...], examples: tuple[str, ...], kept: int, step: type = _Keep) -> ReducerPlugin:
+    """A plugin ``{name}_l{L}`` acting at layer L that keeps ``kept`` image tokens from there on (by its cost model)."""
     form = NameForm(name + "_l{L}")
-    return ReducerPlugin(name, (ReducerType(form, lambda build: [_Keep(build.values["L"])], examples=examples),),
+    return ReducerPlugin(name, (ReducerType(form, lambda build: [step(build.values["L"])], examples=examples),),
                          cost=CostModel(layer_tokens=lambda build, visual: [visual if layer < build.values["L"] else kept
                                                                             for layer in range(build.lm.layers)]),
                          showcase=showcase)
@@ -113,7 +118,15 @@ def _hits(answers: Path, gold: Path) -> float:
     return sum(r["text"].strip().lower().rstrip(".") == truth[r["question_id"]] for r in records) / len(records)
 
 
-def test_reducers_all_runs_each_reducer_through_the_loader_on_the_vanilla_checkpoint(tmp_path: Path, capsys, monkeypatch):
+@pytest.fixture
+def toyboom():
+    """A reducer that fits the tiny LLM but refuses every prompt at its forward."""
+    registry.register_reducer_plugin(_toy("toyboom", ("toyboom_l1",), ("toyboom_l1",), 8, step=_Refuse))
+    yield
+    registry.unregister_reducer_plugin("toyboom")
+
+
+def test_reducers_all_runs_each_reducer_through_the_loader_on_the_vanilla_checkpoint(tmp_path: Path, capsys, monkeypatch, toyboom):
     calls: list[str | None] = []
     real = registry.set_reducer
 
@@ -127,9 +140,11 @@ def test_reducers_all_runs_each_reducer_through_the_loader_on_the_vanilla_checkp
     vanilla, *reduced = results
     assert vanilla.reducer is None and vanilla.projector == "mlp2x_gelu"
     names = [result.reducer for result in reduced]
-    assert set(EXPECTED) <= set(names) and [name for name in calls if name] == names  # one loader call per reducer
+    assert set(EXPECTED) <= set(names) and "toyboom_l1" not in names
+    loaded = [name for name in calls if name]  # one loader call per reducer, the refused one included
+    assert sorted(loaded) == sorted([*names, "toyboom_l1"]) and [name for name in loaded if name != "toyboom_l1"] == names
     saved = json.loads((out / "results.json").read_text())
-    assert saved["reducers"] == names and [entry["reducer"] for entry in saved["runs"]] == [None, *names]
+    assert saved["reducers"] == loaded and [entry["reducer"] for entry in saved["runs"]] == [None, *names]  # asked, ran
     printed = capsys.readouterr().out
     for result, entry in zip(reduced, saved["runs"][1:]):
         answers = out / "runs" / "mlp2x_gelu" / "reducers" / result.reducer / "answers.jsonl"
@@ -144,4 +159,5 @@ def test_reducers_all_runs_each_reducer_through_the_loader_on_the_vanilla_checkp
             row = next(line for line in printed.splitlines() if line.startswith(f"| mlp2x_gelu + {result.reducer} |"))
             assert row.split(" | ")[1] == f"{first} x1, {second} x1"
     assert "skipped: reducer plugin sparsevlm: none of its types" in printed
+    assert "skipped: mlp2x_gelu + toyboom_l1: toyboom refuses this prompt" in printed  # the other rows are kept
     assert (out / "quickstart.png").is_file()
