@@ -84,6 +84,9 @@ class EndpointBackend:
             raise UserError(f"--num_beams {args.num_beams}: an OpenAI-compatible endpoint has no beam search; use --num_beams 1 or --backend local")
         if settings:
             raise UserError("--projector-setting changes a model loaded here; with --backend openai, set it on the served checkpoint")
+        if getattr(args, "reducer", None) not in (None, "none"):
+            raise UserError(f"--reducer {args.reducer} runs inside a model loaded here, and the endpoint would answer without it; "
+                            "use --backend local, or drop --reducer")
         self.args = args
         self.endpoint = ChatEndpoint(args.endpoint, api_key_from_env(), timeout=args.request_timeout)
         self._model: str | None = None
