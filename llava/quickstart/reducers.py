@@ -16,10 +16,12 @@ the ``mlp2x_gelu`` checkpoint through the loaders' own ``--reducer`` flag, and b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llava.plugin_api import ReducerPlugin
 from llava.utils import UserError
+
+if TYPE_CHECKING:
+    from llava.plugin_api import ReducerPlugin
 
 __all__ = ["ALL", "candidates", "expand_reducers", "fit_refusal"]
 
