@@ -10,6 +10,7 @@ held-out prompt; the accounting is printed with the table.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections import defaultdict
@@ -182,40 +183,38 @@ def _tokens(result: RunResult) -> str:
 
 
 def plot_results(path: str | os.PathLike[str], results: Sequence[RunResult]) -> Path:
-    """``quickstart.png``: accuracy per question type (with chance), and accuracy against prefill FLOPs."""
+    """``quickstart.png``: accuracy per question type (with chance), and accuracy against prefill FLOPs; each run has
+    one colour in both, named once in the legend below them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     categories = sorted({category for result in results for category in result.score.by_category})
-    figure, (bars, cost) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, (bars, cost) = plt.subplots(1, 2, figsize=(11, 4.5))
     width = 0.8 / max(len(results), 1)
     for index, result in enumerate(results):
         positions = [c + index * width for c in range(len(categories))]
-        bars.bar(positions, [100 * result.score.by_category[c] for c in categories], width,
+        bars.bar(positions, [100 * result.score.by_category[c] for c in categories], width, color=f"C{index % 10}",
                  label=f"{result.name} ({_tokens(result)} tokens)")
+        cost.scatter(result.flops["total"] / 1e6, 100 * result.score.accuracy, s=60, color=f"C{index % 10}")
     if results:
         chance = results[0].score.chance_by_category
         for c, category in enumerate(categories):
             bars.hlines(100 * chance[category], c - width / 2, c + width * (len(results) - 0.5), colors="black", linestyles="dashed")
+        cost.axhline(100 * results[0].score.chance, color="black", linestyle="dashed", label="chance")
+        cost.legend(fontsize=8)
     bars.set_xticks([c + width * (len(results) - 1) / 2 for c in range(len(categories))], categories, rotation=20)
     bars.set_ylabel("accuracy (%)  [dashed: chance]")
     bars.set_ylim(0, 100)
-    bars.legend(fontsize=8)
     bars.set_title("held-out accuracy by question type")
-    for result in results:
-        cost.scatter(result.flops["total"] / 1e6, 100 * result.score.accuracy, s=60)
-        cost.annotate(f"{result.name}\n{_tokens(result)} tokens", (result.flops["total"] / 1e6, 100 * result.score.accuracy),
-                      textcoords="offset points", xytext=(6, 6), fontsize=8)
-    if results:
-        cost.axhline(100 * results[0].score.chance, color="black", linestyle="dashed", label="chance")
-        cost.legend(fontsize=8)
     cost.margins(x=0.3, y=0.15)
     cost.set_xlabel("prefill MFLOPs per image (analytic)")
     cost.set_ylabel("accuracy (%)")
     cost.set_title("accuracy vs. prefill compute")
-    figure.tight_layout()
+    columns = min(max(len(results), 1), 3)
+    figure.legend(*bars.get_legend_handles_labels(), loc="lower center", ncol=columns, fontsize=8)
+    figure.tight_layout(rect=(0, 0.03 + 0.05 * math.ceil(len(results) / columns), 1, 1))
     path = Path(path)
     figure.savefig(path, dpi=120)
     plt.close(figure)
