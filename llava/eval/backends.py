@@ -66,7 +66,7 @@ class LocalBackend:
 
         args = self.args
         return lambda: load_generator(args.model_path, args.model_base, args.conv_mode, device, settings,
-                                      getattr(args, "projector_type", None), fast=fast)
+                                      getattr(args, "projector_type", None), fast=fast, reducer=getattr(args, "reducer", None))
 
 
 class EndpointBackend:
@@ -84,6 +84,9 @@ class EndpointBackend:
             raise UserError(f"--num_beams {args.num_beams}: an OpenAI-compatible endpoint has no beam search; use --num_beams 1 or --backend local")
         if settings:
             raise UserError("--projector-setting changes a model loaded here; with --backend openai, set it on the served checkpoint")
+        if getattr(args, "reducer", None) not in (None, "none"):
+            raise UserError(f"--reducer {args.reducer} runs inside a model loaded here, and the endpoint would answer without it; "
+                            "use --backend local, or drop --reducer")
         self.args = args
         self.endpoint = ChatEndpoint(args.endpoint, api_key_from_env(), timeout=args.request_timeout)
         self._model: str | None = None

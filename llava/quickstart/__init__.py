@@ -8,5 +8,6 @@
    answers the held-out questions with ``llava.eval.model_vqa_loader``;
 3. :mod:`.report` scores the answers and writes the table, ``results.json`` and ``quickstart.png``.
 
-``--reduced`` runs the same code on less data (for CI).
+``--reduced`` runs the same code on less data (for CI); ``--reducers`` adds the in-LLM reducers on the trained vanilla
+checkpoint (:mod:`.reducers`).
 """

@@ -96,6 +96,6 @@ def next_steps(checkpoints: Sequence[tuple[str, Path]], media: Path, questions: 
     if not video:
         lines += ["  # chat with it in the browser (http://127.0.0.1:7860)",
                   f"  python -m llava.serve.demo --model-path {shlex.quote(chosen)} --conv-mode {template} --device cpu"]
-        lines += ["  # compare every installed compressor at 16 tokens on the same recipe",
-                  "  python -m llava.quickstart --reduced --projectors all --budget 16 --out outputs/all16"]
+        lines += ["  # compare every installed compressor at 16 tokens, and every in-LLM reducer, on the same recipe",
+                  "  python -m llava.quickstart --reduced --projectors all --budget 16 --reducers all --out outputs/all16"]
     return "\n".join(lines)

@@ -10,6 +10,7 @@ held-out prompt; the accounting is printed with the table.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections import defaultdict
@@ -67,23 +68,25 @@ def score_answers(answers_file: str | os.PathLike[str], gold_file: str | os.Path
     )
 
 
-def prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int) -> dict[str, Any]:
+def prefill_flops(checkpoint_dir: str | os.PathLike[str], prompt_tokens: int, reducer: str | None = None) -> dict[str, Any]:
     """Analytic FLOPs of one image's prefill through a saved checkpoint (:func:`llava.cost.pipeline.checkpoint_prefill_flops`).
 
     Counted: the whole vision tower, the projector (compressor included, by its plugin's cost model), and the LLM
-    over the visual tokens plus ``prompt_tokens`` text tokens.
+    over the visual tokens plus ``prompt_tokens`` text tokens; under an in-LLM ``reducer``, every LLM layer at its own
+    token count (the count ``compare --reducer`` and the cost command's ``--reducer`` give).
 
     Returns:
-        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "accounting"}``.
+        ``{"visual_tokens", "total", "vision", "compressor", "projector", "llm", "accounting"}``, and with ``reducer``
+        its ``"per_layer"`` image tokens (``"64 x1, 32 x1"``).
     """
     from llava.cost.pipeline import checkpoint_prefill_flops
 
-    return checkpoint_prefill_flops(checkpoint_dir, prompt_tokens)
+    return checkpoint_prefill_flops(checkpoint_dir, prompt_tokens, reducer=reducer)
 
 
 @dataclass
 class RunResult:
-    """One projector's quickstart run."""
+    """One projector's quickstart run, or an in-LLM reducer's answers on a trained checkpoint (``reducer``; no training)."""
 
     projector: str
     visual_tokens: int
@@ -92,6 +95,12 @@ class RunResult:
     seconds: dict[str, float]
     checkpoint: str
     answers: str
+    reducer: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The row's name: the projector type, with the reducer it answered under (``mlp2x_gelu + mydrop_k1_r50``)."""
+        return self.projector if self.reducer is None else f"{self.projector} + {self.reducer}"
 
     @property
     def wall_time(self) -> float:
@@ -101,25 +110,32 @@ class RunResult:
 #: The built-in projector every compressor is normalised by (upstream's ``mlp{N}x_gelu``: all visual tokens).
 VANILLA_PATTERN = r"mlp\d+x_gelu"
 
+#: The cost note of a reducer's row (its full accounting is in ``results.json``): the table states it once, not per row.
+REDUCER_COST = ("FLOPs analytic under a reducer: every LLM layer at its own token count (the Tokens cell), the rest counted "
+                "as for the other rows")
+
 DETAIL_COLUMNS = ("projector", "accuracy", "chance", "train s", "eval s", "wall s")
 
 
 def comparison(results: Sequence[RunResult]) -> Comparison:
     """The runs as :mod:`llava.eval.compare` rows: question types are the benchmarks, scores in %.
 
-    Vanilla is the first ``mlp{N}x_gelu`` run (else the first run). Latency is the held-out answering wall time
-    per question (model load and batched generation included), not a prefill latency.
+    Vanilla is the first ``mlp{N}x_gelu`` run without a reducer (else the first run). Latency is the held-out answering
+    wall time per question (model load and batched generation included), not a prefill latency. A reducer's row is
+    :class:`llava.eval.compare.Run`'s reducer row: it names the checkpoint's type and the reducer, and its Tokens cell
+    gives the image tokens per LLM layer.
     """
     runs = [
         Run(
-            name=r.projector, scores={c: 100 * a for c, a in r.score.by_category.items()}, flops=float(r.flops["total"]),
+            name=r.name, scores={c: 100 * a for c, a in r.score.by_category.items()}, flops=float(r.flops["total"]),
             latency_ms=1000 * r.seconds.get("eval", 0.0) / max(r.score.answered, 1), tokens=r.visual_tokens,
-            cost_source=f"FLOPs analytic ({r.flops['accounting']})",
+            cost_source=f"FLOPs analytic ({r.flops['accounting']})" if r.reducer is None else REDUCER_COST,
+            projector_type=None if r.reducer is None else r.projector, reducer=r.reducer, per_layer=r.flops.get("per_layer"),
             protocols=dict.fromkeys(r.score.by_category, answers_protocol(r.answers)),
         )
         for r in results
     ]
-    vanilla = next((r.projector for r in results if re.fullmatch(VANILLA_PATTERN, r.projector)), results[0].projector)
+    vanilla = next((r.name for r in results if r.reducer is None and re.fullmatch(VANILLA_PATTERN, r.projector)), results[0].name)
     return compare(runs, vanilla)
 
 
@@ -127,7 +143,7 @@ def _details(results: Sequence[RunResult]) -> list[str]:
     rows = [DETAIL_COLUMNS]
     for r in results:
         train = r.seconds.get("stage1", 0.0) + r.seconds.get("stage2", 0.0)
-        rows.append((r.projector, f"{100 * r.score.accuracy:.1f}%", f"{100 * r.score.chance:.1f}%", f"{train:.0f}",
+        rows.append((r.name, f"{100 * r.score.accuracy:.1f}%", f"{100 * r.score.chance:.1f}%", f"{train:.0f}",
                      f"{r.seconds.get('eval', 0.0):.0f}", f"{r.wall_time:.0f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(DETAIL_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
@@ -163,41 +179,44 @@ def write_results(path: str | os.PathLike[str], results: Sequence[RunResult], me
     return path
 
 
+def _tokens(result: RunResult) -> str:
+    """The image tokens of a run for a figure: per LLM layer under a reducer, else the count sent."""
+    return result.flops.get("per_layer") or str(result.visual_tokens)
+
+
 def plot_results(path: str | os.PathLike[str], results: Sequence[RunResult]) -> Path:
-    """``quickstart.png``: accuracy per question type (with chance), and accuracy against prefill FLOPs."""
+    """``quickstart.png``: accuracy per question type (with chance), and accuracy against prefill FLOPs; each run has
+    one colour in both, named once in the legend below them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     categories = sorted({category for result in results for category in result.score.by_category})
-    figure, (bars, cost) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, (bars, cost) = plt.subplots(1, 2, figsize=(11, 4.5))
     width = 0.8 / max(len(results), 1)
     for index, result in enumerate(results):
         positions = [c + index * width for c in range(len(categories))]
-        bars.bar(positions, [100 * result.score.by_category[c] for c in categories], width,
-                 label=f"{result.projector} ({result.visual_tokens} tokens)")
+        bars.bar(positions, [100 * result.score.by_category[c] for c in categories], width, color=f"C{index % 10}",
+                 label=f"{result.name} ({_tokens(result)} tokens)")
+        cost.scatter(result.flops["total"] / 1e6, 100 * result.score.accuracy, s=60, color=f"C{index % 10}")
     if results:
         chance = results[0].score.chance_by_category
         for c, category in enumerate(categories):
             bars.hlines(100 * chance[category], c - width / 2, c + width * (len(results) - 0.5), colors="black", linestyles="dashed")
+        cost.axhline(100 * results[0].score.chance, color="black", linestyle="dashed", label="chance")
+        cost.legend(fontsize=8)
     bars.set_xticks([c + width * (len(results) - 1) / 2 for c in range(len(categories))], categories, rotation=20)
     bars.set_ylabel("accuracy (%)  [dashed: chance]")
     bars.set_ylim(0, 100)
-    bars.legend(fontsize=8)
     bars.set_title("held-out accuracy by question type")
-    for result in results:
-        cost.scatter(result.flops["total"] / 1e6, 100 * result.score.accuracy, s=60)
-        cost.annotate(f"{result.projector}\n{result.visual_tokens} tokens", (result.flops["total"] / 1e6, 100 * result.score.accuracy),
-                      textcoords="offset points", xytext=(6, 6), fontsize=8)
-    if results:
-        cost.axhline(100 * results[0].score.chance, color="black", linestyle="dashed", label="chance")
-        cost.legend(fontsize=8)
     cost.margins(x=0.3, y=0.15)
     cost.set_xlabel("prefill MFLOPs per image (analytic)")
     cost.set_ylabel("accuracy (%)")
     cost.set_title("accuracy vs. prefill compute")
-    figure.tight_layout()
+    columns = min(max(len(results), 1), 3)
+    figure.legend(*bars.get_legend_handles_labels(), loc="lower center", ncol=columns, fontsize=8)
+    figure.tight_layout(rect=(0, 0.03 + 0.05 * math.ceil(len(results) / columns), 1, 1))
     path = Path(path)
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -206,6 +225,7 @@ def plot_results(path: str | os.PathLike[str], results: Sequence[RunResult]) -> 
 
 __all__ = [
     "RunResult",
+    "VANILLA_PATTERN",
     "comparison",
     "Score",
     "format_table",

@@ -9,6 +9,11 @@ with ``qwen_1_5``). Differences from
 the paper's settings, because the models are tiny and start from random weights: learning rate 1e-3 in
 stage 2 (not 2e-5), several epochs, batch 16.
 
+``--reducers`` (types, or ``all``: :mod:`.reducers`) then answers the held-out questions again on the trained
+``mlp2x_gelu`` checkpoint under each in-LLM reducer, through ``model_vqa_loader --reducer`` (no training), one table
+row each (``mlp2x_gelu + <reducer>``, with its image tokens per LLM layer), answers in
+``runs/mlp2x_gelu/reducers/<reducer>/answers.jsonl``.
+
 ``--video`` runs the same steps on short clips of moving shapes (:mod:`.video`: questions about order and motion) as a
 wiring check of the video path (no projector learns those questions at this size; the run says so),
 with ``llava.eval.model_vqa_video`` for the answers and, by default, ``mlp2x_gelu`` (LLaVA-NeXT's 2-D pool gives
@@ -30,12 +35,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -48,7 +55,18 @@ from llava.utils import setup_logging
 
 from .backbones import BACKBONES, DEFAULT_BACKBONE, resolve_backbone
 from .next_steps import next_steps, tower_beside
-from .report import RunResult, comparison, format_table, plot_results, prefill_flops, score_answers, write_results
+from .reducers import ALL as ALL_REDUCERS
+from .reducers import expand_reducers
+from .report import (
+    VANILLA_PATTERN,
+    RunResult,
+    comparison,
+    format_table,
+    plot_results,
+    prefill_flops,
+    score_answers,
+    write_results,
+)
 from .scenes import DatasetFiles, corpus, write_dataset
 
 logger = logging.getLogger(__name__)
@@ -105,6 +123,8 @@ class QuickstartConfig:
 
     #: Empty: the installed plugins' showcase (:func:`default_projectors`).
     projectors: tuple[str, ...] = ()
+    #: In-LLM reducer types (or ``all``) run on the trained vanilla checkpoint after training (:mod:`.reducers`).
+    reducers: tuple[str, ...] = ()
     backbone: str = DEFAULT_BACKBONE
     budget: int = 9
     train_scenes: int = 2000
@@ -139,6 +159,21 @@ VIDEO = QuickstartConfig(train_scenes=600, test_questions=150, finetune_epochs=3
 VIDEO_REDUCED = replace(VIDEO, train_scenes=300, test_questions=90, finetune_epochs=2.0)
 
 
+#: The tiny LLM's attention heads.
+LLM_HEADS = 4
+
+
+def llm_config(config: QuickstartConfig) -> SimpleNamespace:
+    """The tiny LLM's dimensions as its config names them (what a reducer's factory checks its layers against)."""
+    return SimpleNamespace(hidden_size=config.llm_hidden, intermediate_size=2 * config.llm_hidden, num_hidden_layers=config.llm_layers,
+                           num_attention_heads=LLM_HEADS, vocab_size=config.vocab_size)
+
+
+def image_tokens(config: QuickstartConfig) -> int:
+    """The image tokens the vanilla projector sends to the LLM: the tower's whole patch grid (a CLS token dropped)."""
+    return (config.image_size // config.patch_size) ** 2
+
+
 @dataclass(frozen=True)
 class Models:
     tokenizer: Path
@@ -162,9 +197,10 @@ def build_models(root: Path, config: QuickstartConfig) -> Models:
         hidden=config.tower_hidden, layers=config.tower_layers, heads=2, seed=config.seed,
     )
     scale_position_embeddings(tower, config.position_scale)
+    shape = llm_config(config)
     llm = build_tiny_llm(
-        root / backbone.llm_dir, tokenizer, hidden=config.llm_hidden, layers=config.llm_layers, heads=4,
-        intermediate=2 * config.llm_hidden, max_position=512, seed=config.seed, llm=backbone.llm,
+        root / backbone.llm_dir, tokenizer, hidden=shape.hidden_size, layers=shape.num_hidden_layers, heads=shape.num_attention_heads,
+        intermediate=shape.intermediate_size, max_position=512, seed=config.seed, llm=backbone.llm,
     )
     return Models(tokenizer, tower, llm, backbone.template)
 
@@ -247,7 +283,7 @@ def mean_prompt_tokens(data: DatasetFiles, tokenizer_dir: Path, conv_mode: str) 
 
 def run_projector(projector: str, models: Models, data: DatasetFiles, config: QuickstartConfig, root: Path, prompt_tokens: int) -> RunResult:
     """Stage 1, stage 2 and the held-out answers for one projector (clips: ``model_vqa_video``)."""
-    from llava.eval import model_vqa_loader, model_vqa_video
+    from llava.eval import model_vqa_video
     from llava.train.train import train
 
     from .video import video_answer_flags, video_prefill_flops
@@ -264,17 +300,43 @@ def run_projector(projector: str, models: Models, data: DatasetFiles, config: Qu
     train(argv=finetune_flags(models, data, projector, config, finetune_dir, pretrain_dir / "mm_projector.bin"))
     tower_beside(finetune_dir, models.tower)  # loads from any folder, and after out/ is moved as a whole
     seconds["stage2"] = time.perf_counter() - started
-    started = time.perf_counter()
     if config.video:
+        started = time.perf_counter()
         model_vqa_video.main(video_answer_flags(finetune_dir, data, answers, models.template) + fast_flags(config.fast))
-    else:
-        model_vqa_loader.main(answer_flags(finetune_dir, data, answers, models.template, config.fast))
-    seconds["eval"] = time.perf_counter() - started
-    flops = video_prefill_flops(finetune_dir, prompt_tokens) if config.video else prefill_flops(finetune_dir, prompt_tokens)
+        seconds["eval"] = time.perf_counter() - started
+        flops = video_prefill_flops(finetune_dir, prompt_tokens)
+        return RunResult(
+            projector=projector, visual_tokens=flops["visual_tokens"], score=score_answers(answers, data.gold), flops=flops,
+            seconds=seconds, checkpoint=str(finetune_dir), answers=str(answers),
+        )
+    return answer_images(projector, finetune_dir, answers, models, data, config, prompt_tokens, seconds)
+
+
+def answer_images(projector: str, checkpoint: Path, answers: Path, models: Models, data: DatasetFiles, config: QuickstartConfig,
+                  prompt_tokens: int, seconds: dict[str, float], reducer: str | None = None) -> RunResult:
+    """The held-out image answers of a trained checkpoint through ``model_vqa_loader`` (with its ``--reducer``
+    when ``reducer`` is given), scored and counted (per LLM layer under ``reducer``)."""
+    from llava.eval import model_vqa_loader
+
+    started = time.perf_counter()
+    reducer_flags = [] if reducer is None else ["--reducer", reducer]
+    model_vqa_loader.main(answer_flags(checkpoint, data, answers, models.template, config.fast) + reducer_flags)
+    seconds = {**seconds, "eval": time.perf_counter() - started}
+    flops = prefill_flops(checkpoint, prompt_tokens, reducer=reducer)
     return RunResult(
         projector=projector, visual_tokens=flops["visual_tokens"], score=score_answers(answers, data.gold), flops=flops,
-        seconds=seconds, checkpoint=str(finetune_dir), answers=str(answers),
+        seconds=seconds, checkpoint=str(checkpoint), answers=str(answers), reducer=reducer,
     )
+
+
+def run_reducer(reducer: str, vanilla: RunResult, models: Models, data: DatasetFiles, config: QuickstartConfig,
+                prompt_tokens: int) -> RunResult:
+    """The held-out answers of the trained vanilla checkpoint under the in-LLM reducer ``reducer`` (no training), into
+    ``runs/<vanilla>/reducers/<reducer>/answers.jsonl``."""
+    folder = Path(vanilla.answers).parent / "reducers" / reducer
+    folder.mkdir(parents=True, exist_ok=True)
+    return answer_images(vanilla.projector, Path(vanilla.checkpoint), folder / "answers.jsonl", models, data, config,
+                         prompt_tokens, {}, reducer=reducer)
 
 
 def validate_config(config: QuickstartConfig) -> None:
@@ -291,11 +353,21 @@ def validate_config(config: QuickstartConfig) -> None:
         raise ValueError(f"the quickstart needs at least one projector (e.g. --projectors {VANILLA_PROJECTOR})")
     for projector in config.projectors:
         resolve_projector(projector)
+    if config.reducers and config.video:
+        raise ValueError("--reducers runs on the image quickstart (a reducer is counted for one image's prefill); drop --video or --reducers")
+    if config.reducers and vanilla_projector(config.projectors) is None:
+        raise ValueError(f"--reducers runs on the trained vanilla checkpoint, but --projectors {' '.join(config.projectors)} has none; "
+                         f"add {VANILLA_PROJECTOR} to --projectors")
     for name in ("train_scenes", "test_questions", "turns_per_scene", "batch_size"):
         value = getattr(config, name)
         if value < 1:
             raise ValueError(f"quickstart setting {name} must be at least 1, got {value}")
     resolve_fast(config.fast, "cpu")  # the answers run on the CPU: --fast cudagraph is one sentence, before any work
+
+
+def vanilla_projector(projectors: Sequence[str]) -> str | None:
+    """The projector the reducers run on and the table normalises by: the first ``mlp{N}x_gelu``, or ``None``."""
+    return next((name for name in projectors if re.fullmatch(VANILLA_PATTERN, name)), None)
 
 
 def prepare_out(out: str | Path) -> Path:
@@ -336,12 +408,50 @@ def run_quickstart(out: str | Path, config: QuickstartConfig = QuickstartConfig(
     """
     projectors, skipped = expand_projectors(config.projectors or default_projectors(config.video), config.budget)
     validate_config(replace(config, projectors=tuple(projectors)))
+    reducers: tuple[str, ...] = ()
+    if config.reducers:
+        reducers, notes = expand_reducers(config.reducers, llm_config(config), image_tokens(config))
+        skipped.extend(notes)
     check_writable_folder(out, "--out")
     with disk_errors("--out", out):
-        return _run(Path(out), config, projectors, skipped)
+        return _run(Path(out), config, projectors, skipped, reducers)
 
 
-def _run(out: Path, config: QuickstartConfig, projectors: Sequence[str], skipped: list[str]) -> list[RunResult]:
+def _train_and_answer(projectors: Sequence[str], models: Models, data: DatasetFiles, config: QuickstartConfig, out: Path,
+                      prompt_tokens: int, skipped: list[str]) -> list[RunResult]:
+    """:func:`run_projector` for each projector; one that cannot run is a note in ``skipped``."""
+    results = []
+    for index, projector in enumerate(projectors, start=1):
+        logger.info("quickstart [%d/%d] %s on %s: stage 1, stage 2, held-out answers", index, len(projectors), projector,
+                    config.backbone)
+        try:
+            results.append(run_projector(projector, models, data, config, out / "runs" / projector, prompt_tokens))
+        except ValueError as exc:  # one sentence from the projector's factory or plugin, e.g. an impossible budget
+            logger.warning("skipping %s: %s", projector, exc)
+            skipped.append(f"{projector}: {exc}")
+    return results
+
+
+def _reduce(reducers: Sequence[str], trained: Sequence[RunResult], models: Models, data: DatasetFiles, config: QuickstartConfig,
+            prompt_tokens: int, skipped: list[str]) -> list[RunResult]:
+    """:func:`run_reducer` for each reducer on the trained vanilla checkpoint; one that cannot run is a note in ``skipped``."""
+    name = vanilla_projector([result.projector for result in trained])
+    if reducers and name is None:
+        skipped.extend(f"{reducer}: the vanilla checkpoint it runs on was not trained" for reducer in reducers)
+        return []
+    vanilla = next((result for result in trained if result.projector == name), None)
+    results = []
+    for index, reducer in enumerate(reducers, start=1):
+        logger.info("quickstart reducer [%d/%d] %s on the trained %s checkpoint: held-out answers", index, len(reducers), reducer, name)
+        try:
+            results.append(run_reducer(reducer, vanilla, models, data, config, prompt_tokens))
+        except ValueError as exc:  # one sentence from the reducer's plugin or the seam
+            logger.warning("skipping %s: %s", reducer, exc)
+            skipped.append(f"{name} + {reducer}: {exc}")
+    return results
+
+
+def _run(out: Path, config: QuickstartConfig, projectors: Sequence[str], skipped: list[str], reducers: Sequence[str] = ()) -> list[RunResult]:
     """The body of :func:`run_quickstart`, once the settings and ``out`` are checked."""
     out = prepare_out(out)
     started = time.perf_counter()
@@ -360,20 +470,14 @@ def _run(out: Path, config: QuickstartConfig, projectors: Sequence[str], skipped
     models = build_models(out / "models", config)
     prompt_tokens = mean_prompt_tokens(data, models.tokenizer, models.template)
     setup_seconds = time.perf_counter() - started
-    results = []
-    for index, projector in enumerate(projectors, start=1):
-        logger.info("quickstart [%d/%d] %s on %s: stage 1, stage 2, held-out answers", index, len(projectors), projector,
-                    config.backbone)
-        try:
-            results.append(run_projector(projector, models, data, config, out / "runs" / projector, prompt_tokens))
-        except ValueError as exc:  # one sentence from the projector's factory or plugin, e.g. an impossible budget
-            logger.warning("skipping %s: %s", projector, exc)
-            skipped.append(f"{projector}: {exc}")
-    if not results:
+    trained = _train_and_answer(projectors, models, data, config, out, prompt_tokens, skipped)
+    if not trained:
         raise ValueError(f"no projector could run: {'; '.join(skipped)}")
+    results = trained + _reduce(reducers, trained, models, data, config, prompt_tokens, skipped)
     meta = {
         "config": asdict(config),
         "projectors": list(projectors),
+        "reducers": list(reducers),
         "inputs": "video clips" if config.video else "images",
         "backbone": {"name": config.backbone, "description": resolve_backbone(config.backbone).description,
                      "template": models.template},
@@ -398,7 +502,7 @@ def _run(out: Path, config: QuickstartConfig, projectors: Sequence[str], skipped
               "(measured runs stay at or below chance), so this table compares nothing (docs/QUICKSTART.md)")
     print(f"\ntotal wall time {meta['total_seconds']:.0f} s; results in {out / 'results.json'}, figures {out / 'quickstart.png'}, "
           f"{out / 'pareto.png'}\n")
-    checkpoints = [(result.projector, Path(result.checkpoint)) for result in results]
+    checkpoints = [(result.projector, Path(result.checkpoint)) for result in trained]
     print(next_steps(checkpoints, data.images, data.questions, data.gold, models.template, out, video=config.video))
     return results
 
@@ -410,6 +514,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--projectors", nargs="+", default=None, metavar="TYPE",
                         help=f"mm_projector_type values to compare, or '{ALL}' ({VANILLA_PROJECTOR} and every registered "
                              f"compressor at --budget) (default: {DEFAULT_WORDS})")
+    parser.add_argument("--reducers", nargs="+", default=None, metavar="TYPE",
+                        help=f"in-LLM reducer types (as the loaders' --reducer takes them), or "
+                             f"'{ALL_REDUCERS}' (one type of each installed reducer plugin that fits the tiny LLM), run after training on "
+                             f"the trained {VANILLA_PROJECTOR} checkpoint through model_vqa_loader --reducer, one table row each "
+                             "(no training; default: none)")
     parser.add_argument("--backbone", choices=list(BACKBONES), default=DEFAULT_BACKBONE,
                         help="tiny vision tower × LLM pair: " + "; ".join(f"{b.name}: {b.description}" for b in BACKBONES.values())
                              + " (default %(default)s)")
@@ -438,6 +547,8 @@ def main(argv: Sequence[str] | None = None) -> list[RunResult]:
     config = replace(config, budget=args.budget, backbone=args.backbone, fast=args.fast)
     if args.projectors:
         config = replace(config, projectors=tuple(args.projectors))
+    if args.reducers:
+        config = replace(config, reducers=tuple(args.reducers))
     return run_quickstart(args.out, config)
 
 

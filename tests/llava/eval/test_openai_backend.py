@@ -180,6 +180,9 @@ def test_a_bad_endpoint_url_is_one_sentence(bench_data: BenchData, tmp_path: Pat
     (["--endpoint", "http://127.0.0.1:9/v1"], "--endpoint is for --backend openai; add --backend openai, or drop --endpoint"),
     (["--backend", "openai", "--endpoint", "http://127.0.0.1:9/v1", "--num_beams", "2"],
      "--num_beams 2: an OpenAI-compatible endpoint has no beam search; use --num_beams 1 or --backend local"),
+    (["--backend", "openai", "--endpoint", "http://127.0.0.1:9/v1", "--reducer", "fastv_k1_r50"],
+     "--reducer fastv_k1_r50 runs inside a model loaded here, and the endpoint would answer without it; use --backend local, "
+     "or drop --reducer"),
     (["--backend", "openai", "--endpoint", "http://127.0.0.1:9/v1", "--request-timeout", "nan"],
      "--request-timeout must be a positive number of seconds, got nan"),
     (["--backend", "openai", "--endpoint", "http://127.0.0.1:9/v1", "--request-timeout", "-1"],

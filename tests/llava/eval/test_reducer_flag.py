@@ -47,13 +47,15 @@ def test_an_unknown_reducer_is_one_sentence_before_loading(tiny_llava_checkpoint
         run_llava.main(argv)
 
 
-def test_a_loader_records_the_reducer_and_refuses_to_resume_under_another(tiny_llava_checkpoint, bench_data: BenchData, tmp_path: Path) -> None:
+def test_a_loader_runs_and_records_the_reducer_and_refuses_to_resume_under_another(tiny_llava_checkpoint, bench_data: BenchData,
+                                                                                    tmp_path: Path, reducer_calls) -> None:
     out = tmp_path / "answers.jsonl"
     base = ["--model-path", str(tiny_llava_checkpoint("braco_c3s7")), "--answers-file", str(out), "--temperature", "0",
             "--conv-mode", "vicuna_v1", "--max_new_tokens", "4", "--device", "cpu", "--question-file", str(bench_data.vqa),
             "--image-folder", str(bench_data.images)]
     result = model_vqa_loader.main([*base, "--reducer", "fastv_k1_r50"])
     assert result.answered == len(bench_data.vqa_ids)
+    assert reducer_calls == ["fastv_k1_r50"]  # the model it answered with runs the reducer, not only the record
     meta = json.loads(Path(f"{out}.meta.json").read_text())
     assert meta["producer"]["reducer"] == "fastv_k1_r50"
     with pytest.raises(UserError, match=r"reducer 'fastv_k1_r50' -> 'pyramiddrop_s1_r50'"):
