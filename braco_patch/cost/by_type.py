@@ -5,7 +5,10 @@
   (:func:`llava.cost.module.module_cost`), once per accounting it offers (its own, then its cost model's
   ``variants``), with the paper's figure and our deviation at the paper's boundary;
 - :func:`types_table`: any projector type (asked of its plugin): K, boundary, pre- and post-projector FLOPs and the
-  full prefill.
+  full prefill;
+- :func:`reducers_table`: with ``--projector all``, every registered in-LLM reducer at the settings its plugin
+  showcases (its paper's; on a smaller LLM the first of its types that fits), on the vanilla prefill: the image
+  tokens per LLM layer and the full prefill, the LLM counted layer by layer (:mod:`llava.cost.reducer`).
 
 ``all`` is expanded by :func:`llava.cost.module.expand_types`.
 """
@@ -23,7 +26,8 @@ from llava.cost.video import Video
 
 from . import paper
 
-__all__ = ["compressors_table", "format_compressors", "paper_setting_flops", "types_table", "format_types"]
+__all__ = ["compressors_table", "format_compressors", "format_reducers", "paper_setting_flops", "reducers_table", "types_table",
+           "format_types"]
 
 logger = logging.getLogger(__name__)
 
@@ -141,4 +145,55 @@ def format_types(rows: Sequence[dict[str, Any]], spec: PipelineSpec, acc: Accoun
             f"{r['type']:<24} {r['tokens']:>5} {r['boundary']:>6} {r['pre'] / scale:>9.3f} {r['post'] / scale:>9.3f} "
             f"{p['total'] / big:>11.3f} {p['visual_tokens'] + acc.prompt_tokens:>7}"
         )
+    return "\n".join(lines)
+
+
+def reducers_table(spec: PipelineSpec, acc: Accounting, vanilla: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per registered reducer plugin, on ``vanilla`` (the ``mlp{N}x_gelu`` row of :func:`types_table`): its
+    type that fits this LLM (:func:`llava.model.reducer_fit.fitting_type`: its showcased settings, its paper's, where
+    the LLM has their layers) with the LLM part replaced by its per-layer count under the same accounting; a plugin
+    with no fitting type is a ``{"method", "left_out": why}`` row.
+
+    Raises:
+        ValueError: If the per-layer count without a reducer disagrees with the vanilla row's LLM count (a bug).
+    """
+    from llava.cost.reducer import reducer_prefill
+    from llava.model.reducer_fit import fitting_type
+    from llava.model.reducers import reducer_plugins
+    from llava.plugin_api import LMDims
+
+    pipe = vanilla["pipeline"]
+    lm, text = LMDims.from_config(spec.llm), acc.prompt_tokens
+    rows = []
+    for plugin in reducer_plugins():
+        name, tried, why = fitting_type(plugin, spec.llm, int(pipe["visual_tokens"]))
+        if name is None:
+            rows.append({"method": plugin.name, "left_out": f"none of {tried} fits this LLM ({why})"})
+            continue
+        table = reducer_prefill(name, lm, int(pipe["visual_tokens"]), text, count_attention=acc.count_attention,
+                                lm_head=acc.lm_head)
+        if table.baseline != pipe["llm"]:
+            raise ValueError(f"the per-layer count without {name!r} ({table.baseline}) differs from the vanilla LLM count "
+                             f"({pipe['llm']}); the two accountings disagree")
+        rows.append({"type": name, "method": plugin.name, "per_layer": table.per_layer, "llm": table.total,
+                     "total": pipe["total"] - pipe["llm"] + table.total, "vanilla_total": pipe["total"],
+                     "reducer": table.to_dict()})
+    return rows
+
+
+def format_reducers(rows: Sequence[dict[str, Any]], spec: PipelineSpec, vanilla: str) -> str:
+    from .report import unit_for
+
+    big, big_unit = unit_for(r["total"] for r in rows if "left_out" not in r)
+    lines = [
+        f"(h) in-LLM reducers on {spec.name} with {vanilla} (each at its plugin's showcased settings, or the first type "
+        "that fits this LLM): the LLM counted "
+        "layer by layer at its own image tokens, never averaged; same accounting as (g)",
+        f"{'type':<24} {'method':<12} {'pipeline ' + big_unit:>11} {'vs vanilla':>10}  image tokens per LLM layer",
+    ]
+    for r in rows:
+        if "left_out" in r:
+            lines.append(f"{'-':<24} {r['method']:<12} left out: {r['left_out']}")
+            continue
+        lines.append(f"{r['type']:<24} {r['method']:<12} {r['total'] / big:>11.3f} {r['total'] / r['vanilla_total']:>10.1%}  {r['per_layer']}")
     return "\n".join(lines)

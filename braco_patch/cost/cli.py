@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 # imports them where it runs).
 from llava.capture import FAST_MODES
 from llava.cost.flops import CONVENTION
+from llava.cost.module import ALL
 from llava.cost.pipeline import Accounting, cost_setting
 from llava.cost.presets import PipelineSpec, get_preset, list_presets, load_spec
 from llava.outputs import guard_outputs, write_text
@@ -224,11 +225,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from llava.cost.video import frame_inputs
     from llava.devices import resolve_device
 
-    from .by_type import format_types, types_table
+    from .by_type import format_reducers, format_types, reducers_table, types_table
     from .report import boundary_table, format_boundary, format_pipeline, format_stages, pipeline_table, stage_table
 
     _check_frames(args)
     if args.reducer:
+        if args.projector:
+            raise ValueError("--reducer counts the reducer on the vanilla prefill and --projector is not used with it; drop "
+                             "one (--projector all lists every reducer too, and compare --checkpoint NAME=DIR --reducer "
+                             "NAME=TYPE counts a reducer on a compressor's checkpoint)")
         return _run_reducers(args, _spec(args))
     if args.table == "compressors":
         return _run_compressors(args, _spec(args))
@@ -257,12 +262,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     setting = cost_setting(spec, question_tokens=args.question_tokens, count_attention=args.count_attention, computation=acc.computation)
     if args.projector:  # before printing: an unknown or unfitting type is refused with no tables above it
         result["types"] = types_table(spec, types, acc, setting, _checkpoint_config(args), video)
+    if ALL in (args.projector or ()) and video is None:  # every method: the in-LLM ones too
+        result["reducers"] = reducers_table(spec, acc, result["types"][0])
     print(f"FLOPs convention: {CONVENTION} (llava/cost/flops.py)")
     print(format_pipeline(result["pipeline"], spec, inputs, acc, video), end="\n\n")
     print(format_stages(result["stages"]), end="\n\n")
     print(format_boundary(result["boundary"], spec))
     if args.projector:
         print("\n" + format_types(result["types"], spec, acc, video))
+    if result.get("reducers"):
+        print("\n" + format_reducers(result["reducers"], spec, result["types"][0]["type"]))
+    elif ALL in (args.projector or ()) and video is not None:
+        print("\n(h) in-LLM reducers are counted on one image's prefill; drop --frames to list them")
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
         if args.projector:

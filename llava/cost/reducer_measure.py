@@ -1,4 +1,4 @@
-"""Measured LLM prefill with each in-LLM reducer against the same prefill without it (``braco cost --reducer NAME
+"""Measured LLM prefill with each in-LLM reducer against the same prefill without it (the cost command's ``--reducer NAME
 --measure``).
 
 What runs: ONE language model of the pipeline's shape with random weights (latency does not depend on the values),

@@ -18,75 +18,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from llava.model.reducer_fit import candidates, fit_refusal, fitting_type
 from llava.utils import UserError
 
 if TYPE_CHECKING:
     from llava.plugin_api import ReducerPlugin
 
-__all__ = ["ALL", "candidates", "expand_reducers", "fit_refusal"]
+__all__ = ["ALL", "candidates", "default_type", "expand_reducers", "fit_refusal"]
 
 #: ``--reducers all``: a type of every registered reducer plugin that fits the quickstart's LLM.
 ALL = "all"
 
 
-def layer_counts(name: str, lm_config: Any, visual: int) -> list[int] | None:
-    """The image tokens per decoder layer reducer ``name`` leaves of ``visual``, by its plugin's cost model, or ``None``
-    when the plugin declares no per-layer count."""
-    from llava.model.reducers import language_dims, resolve_reducer
-
-    choice = resolve_reducer(name)
-    cost = choice.plugin.cost
-    if cost is None or cost.layer_tokens is None:
-        return None
-    return [int(count) for count in cost.layer_tokens(choice.build(language_dims(lm_config)), visual)]
-
-
-def fit_refusal(name: str, lm_config: Any, visual: int, reduces: bool = False) -> str | None:
-    """Why reducer ``name`` cannot run on an LLM of ``lm_config`` with ``visual`` image tokens, or ``None`` when it can.
-
-    It can when its factory builds on the LLM (:func:`llava.model.reducers.build_steps`: every layer it names exists)
-    and no layer keeps more image tokens than there are; with ``reduces``, some layer must also keep fewer.
-
-    Raises:
-        UserError: For a name no installed reducer plugin knows.
-    """
-    from llava.model.reducers import build_steps, resolve_reducer
-
-    resolve_reducer(name)  # an unknown name is the registry's sentence, not a misfit
-    try:
-        build_steps(name, lm_config)
-    except UserError as exc:
-        return str(exc).rstrip(".")
-    try:
-        counts = layer_counts(name, lm_config, visual)
-    except ValueError as exc:  # the plugin's own sentence for a budget the image cannot hold
-        return str(exc).rstrip(".")
-    if counts is None:
-        return None
-    if max(counts) > visual:
-        return f"reducer {name!r} keeps {max(counts)} image tokens at some layer, but the image has {visual}"
-    if reduces and min(counts) >= visual:
-        return f"reducer {name!r} keeps all {visual} image tokens at every layer"
-    return None
-
-
-def candidates(plugin: ReducerPlugin) -> list[str]:
-    """The types ``all`` tries for ``plugin``, in order: its showcased ones, then each form's declared examples."""
-    return list(dict.fromkeys([*plugin.showcase, *(name for entry in plugin.reducers for name in entry.examples)]))
-
-
 def default_type(plugin: ReducerPlugin, lm_config: Any, visual: int) -> tuple[str | None, str | None]:
-    """``(type, None)``: the first of :func:`candidates` that fits and reduces; else ``(None, note)``."""
-    tried = candidates(plugin)
-    first = None
-    for name in tried:
-        why = fit_refusal(name, lm_config, visual, reduces=True)
-        if why is None:
-            return name, None
-        first = first or why
+    """``(type, None)``: the plugin's type that fits (:func:`llava.model.reducer_fit.fitting_type`); else ``(None, note)``."""
+    chosen, tried, why = fitting_type(plugin, lm_config, visual)
+    if chosen is not None:
+        return chosen, None
     layers = lm_config.num_hidden_layers
     return None, (f"reducer plugin {plugin.name}: none of its types {tried} fits the quickstart's {layers}-layer LLM with "
-                  f"{visual} image tokens ({first})")
+                  f"{visual} image tokens ({why})")
 
 
 def expand_reducers(names: Sequence[str], lm_config: Any, visual: int) -> tuple[tuple[str, ...], list[str]]:

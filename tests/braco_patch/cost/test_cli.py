@@ -197,3 +197,37 @@ def test_named_types_still_cost_without_a_compressor_plugin():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "mlp2x_gelu" in done.stdout and "linear" in done.stdout
+
+
+def test_projector_all_lists_every_in_llm_reducer_counted_per_layer(capsys):
+    """``--projector all`` lists the in-LLM reducers too: each showcased type on the vanilla prefill, its LLM part
+    counted layer by layer. FastV K=2 R=50 on LLaVA-1.5-7B, restated here: layers 0-1 see 576 + 52 tokens, layers
+    2-31 see 288 + 52, the selection reads layer 1's attention for the last token, the LM head all 340 rows."""
+    from llava.model.reducers import reducer_plugins
+
+    result = main(["--projector", "all", "--budgets", "16"])
+    out = capsys.readouterr().out
+    rows = {row["type"]: row for row in result["reducers"]}
+    assert sorted(rows) == sorted(name for plugin in reducer_plugins() for name in plugin.showcase)
+    assert {row["method"] for row in rows.values()} >= {"fastv", "pyramiddrop", "sparsevlm", "dart"}
+    d, ffn, vocab, text = 4096, 11008, 32000, 52
+
+    def layer(tokens: int) -> int:  # q, k, v, o and the three MLP matrices; attention scores not counted
+        return 2 * tokens * (4 * d * d + 3 * d * ffn)
+
+    vanilla_llm = 32 * layer(576 + text) + 2 * (576 + text) * d * vocab
+    selection = 2 * (576 + text) * d * d + 2 * d * d + 2 * (576 + text) * d  # keys of every row, one query, q·kᵀ
+    fastv_llm = 2 * layer(576 + text) + 30 * layer(288 + text) + selection + 2 * (288 + text) * d * vocab
+    vanilla = result["types"][0]["pipeline"]
+    assert vanilla["llm"] == vanilla_llm
+    assert rows["fastv_k2_r50"]["total"] == vanilla["total"] - vanilla_llm + fastv_llm
+    assert rows["fastv_k2_r50"]["per_layer"] == "576 x2, 288 x30"
+    assert "(h) in-LLM reducers on llava-v1.5-7b with mlp2x_gelu" in out
+    assert f"fastv_k2_r50             fastv        {(vanilla['total'] - vanilla_llm + fastv_llm) / 1e12:>11.3f}" in out
+
+
+def test_reducers_with_a_projector_are_one_sentence(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        braco_cli.main(["cost", "--reducer", "fastv_k2_r50", "--projector", "braco_c3s7"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--reducer" in err and "--projector" in err and len(err.strip().splitlines()) == 1

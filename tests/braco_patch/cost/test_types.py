@@ -120,6 +120,11 @@ def test_a_refused_budget_leaves_the_plugin_out(toy_plugin, tiny_llava, capsys):
     result = main(["--config", str(tiny_llava), "--projector", "all", "--budgets", "36"])
     assert [r["type"] for r in result["types"]] == ["mlp2x_gelu"]  # Braco's C = 5 does not fit 4x4, toykeep refuses 36
     assert result["pipeline"][1:] == []  # and no Braco allocation reaches tables (a)-(c)
+    # the in-LLM reducers on this 2-layer LLM with 16 image tokens: each plugin's first type that fits, or left out
+    reducers = {row["method"]: row for row in result["reducers"]}
+    assert reducers["fastv"]["type"] == "fastv_k1_r50" and reducers["fastv"]["per_layer"] == "16 x1, 8 x1"
+    assert "left_out" in reducers["sparsevlm"] and "sparsevlm_k192" in reducers["sparsevlm"]["left_out"]
+    assert "left out: none of ['sparsevlm_k192'" in capsys.readouterr().out
 
 
 def test_pipeline_of_a_plugin_type_against_a_direct_count(toy_plugin, tiny_llava):
