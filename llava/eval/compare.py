@@ -360,7 +360,7 @@ def _check_protocols(result: Comparison, reference: Mapping[str, Any] | None, st
     if unknown:
         result.notes.append(f"protocol not recorded for {', '.join(unknown)} (score files without the answers' record: "
                             "scored by hand, by another tool or before this was recorded)")
-    result.notes.append(f"Protocol pinned: {recipe_text()}")
+    result.notes.append(f"Protocol pinned: {recipe_text(result.benchmarks)}")
 
 
 def _mme_cell(run: Run) -> str:

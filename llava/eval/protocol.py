@@ -59,14 +59,15 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def recipe_text() -> str:
-    """The pinned recipe in one sentence, for a comparison's notes."""
-    flags = "; ".join(
-        f"{key}: " + ", ".join(f"{name}={value}" for name, value in recipe.prompt.items())
-        for key, recipe in RECIPES.items() if recipe.prompt
+def recipe_text(benchmarks: Sequence[str] | None = None) -> str:
+    """The pinned recipe in one sentence, for a comparison's notes (only ``benchmarks``' own flags when given)."""
+    shown = [key for key in RECIPES if benchmarks is None or key in benchmarks]
+    flags = "".join(
+        f"; {key}: " + ", ".join(f"{name}={value}" for name, value in RECIPES[key].prompt.items())
+        for key in shown if RECIPES[key].prompt
     )
-    return ("greedy decoding (temperature 0, one beam) with the reference row's conv mode and max new tokens on every "
-            f"benchmark; {flags}; MME scored as perception + cognition")
+    split = "; MME scored as perception + cognition" if "mme" in shown else ""
+    return f"greedy decoding (temperature 0, one beam) with the reference row's conv mode and max new tokens{flags}{split}"
 
 
 # -- what a run was measured under ----------------------------------------------------------------------

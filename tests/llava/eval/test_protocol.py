@@ -70,6 +70,15 @@ def test_mme_split_is_perception_plus_cognition() -> None:
         "MME score 1000.0 is not perception + cognition (1862.5)"]
 
 
+def test_recipe_text_names_the_flags_of_the_benchmarks_shown() -> None:
+    from llava.eval.protocol import recipe_text
+
+    assert recipe_text(["gqa", "pope"]) == ("greedy decoding (temperature 0, one beam) with the reference row's conv mode "
+                                            "and max new tokens")
+    both = recipe_text(["sqa", "mme"])
+    assert both.endswith("; sqa: single_pred_prompt=True; MME scored as perception + cognition") and "mmbench" not in both
+
+
 def test_prompt_cell_and_method() -> None:
     assert prompt_cell({}) == "not recorded"
     assert prompt_cell({"gqa": protocol(), "pope": None}) == "vicuna_v1, greedy (pope not recorded)"
