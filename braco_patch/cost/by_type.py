@@ -157,27 +157,22 @@ def reducers_table(spec: PipelineSpec, acc: Accounting, vanilla: dict[str, Any])
     Raises:
         ValueError: If the per-layer count without a reducer disagrees with the vanilla row's LLM count (a bug).
     """
-    from llava.cost.reducer import reducer_prefill
+    from llava.cost.reducer import with_reducer
     from llava.model.reducer_fit import fitting_type
     from llava.model.reducers import reducer_plugins
     from llava.plugin_api import LMDims
 
     pipe = vanilla["pipeline"]
-    lm, text = LMDims.from_config(spec.llm), acc.prompt_tokens
+    lm = LMDims.from_config(spec.llm)
     rows = []
     for plugin in reducer_plugins():
         name, tried, why = fitting_type(plugin, spec.llm, int(pipe["visual_tokens"]))
         if name is None:
             rows.append({"method": plugin.name, "left_out": f"none of {tried} fits this LLM ({why})"})
             continue
-        table = reducer_prefill(name, lm, int(pipe["visual_tokens"]), text, count_attention=acc.count_attention,
-                                lm_head=acc.lm_head)
-        if table.baseline != pipe["llm"]:
-            raise ValueError(f"the per-layer count without {name!r} ({table.baseline}) differs from the vanilla LLM count "
-                             f"({pipe['llm']}); the two accountings disagree")
-        rows.append({"type": name, "method": plugin.name, "per_layer": table.per_layer, "llm": table.total,
-                     "total": pipe["total"] - pipe["llm"] + table.total, "vanilla_total": pipe["total"],
-                     "reducer": table.to_dict()})
+        reduced = with_reducer(pipe, name, lm, acc.prompt_tokens, count_attention=acc.count_attention, lm_head=acc.lm_head)
+        rows.append({"type": name, "method": plugin.name, "per_layer": reduced["per_layer"], "llm": reduced["llm"],
+                     "total": reduced["total"], "vanilla_total": pipe["total"], "reducer": reduced["reducer"]})
     return rows
 
 

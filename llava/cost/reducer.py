@@ -132,10 +132,12 @@ def _config_of(lm: LMDims) -> Any:
                            vocab_size=lm.vocab)
 
 
-def with_reducer(prefill: dict[str, Any], name: str, lm: LMDims, text: int) -> dict[str, Any]:
-    """A checkpoint's prefill count (:func:`llava.cost.pipeline.checkpoint_prefill_flops`: attention scores counted,
-    LM head on the last position) with its LLM part replaced by reducer ``name``'s per-layer count over the
-    checkpoint's own visual tokens (a compressor's output, then reduced inside the LLM: both are counted).
+def with_reducer(prefill: dict[str, Any], name: str, lm: LMDims, text: int, *, count_attention: bool = True,
+                 lm_head: str = "last") -> dict[str, Any]:
+    """A prefill count (by default a checkpoint's, :func:`llava.cost.pipeline.checkpoint_prefill_flops`: attention
+    scores counted, LM head on the last position; else counted as ``count_attention`` / ``lm_head`` say) with its
+    LLM part replaced by reducer ``name``'s per-layer count over the prefill's own visual tokens (a compressor's
+    output, then reduced inside the LLM: both are counted).
 
     Adds ``"reducer"`` (:meth:`ReducerPrefill.to_dict`) and ``"per_layer"`` (the image tokens per layer).
 
@@ -143,7 +145,7 @@ def with_reducer(prefill: dict[str, Any], name: str, lm: LMDims, text: int) -> d
         UserError: For an unknown reducer or one without a per-layer count.
         ValueError: If the reducer's no-reduction count disagrees with the checkpoint's LLM count (a bug).
     """
-    table = reducer_prefill(name, lm, int(prefill["visual_tokens"]), text, count_attention=True, lm_head="last")
+    table = reducer_prefill(name, lm, int(prefill["visual_tokens"]), text, count_attention=count_attention, lm_head=lm_head)
     if table.baseline != prefill["llm"]:
         raise ValueError(f"the per-layer count without {name!r} ({table.baseline}) differs from the prefill's LLM count "
                          f"({prefill['llm']}); the two accountings disagree")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llava.eval.provenance import sidecar_path
+from llava.eval.provenance import read_record
 from llava.utils import UserError
 
 #: Loader flags that shape the prompt the model sees.
@@ -73,16 +73,11 @@ def recipe_text(benchmarks: Sequence[str] | None = None) -> str:
 # -- what a run was measured under ----------------------------------------------------------------------
 def _producer(answers: Path) -> dict[str, Any] | None:
     """The ``producer`` of an answers file's record, or ``None`` when it has none (answers from elsewhere)."""
-    record = sidecar_path(answers)
-    if not record.is_file():
-        return None
     try:
-        producer = json.loads(record.read_text(encoding="utf-8"))["producer"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UserError(f"{os.fspath(record)!r} is not a readable answers record; answer again with --overwrite") from None
-    if not isinstance(producer, dict):
-        raise UserError(f"{os.fspath(record)!r} is not a readable answers record; answer again with --overwrite")
-    return producer
+        record = read_record(answers)
+    except ValueError as exc:
+        raise UserError(f"{exc}; answer again with --overwrite") from None
+    return None if record is None else record[0]
 
 
 def protocol_of(producer: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

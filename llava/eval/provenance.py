@@ -62,6 +62,25 @@ def sidecar_path(answers_file: str | os.PathLike[str]) -> Path:
     return Path(os.fspath(answers_file) + SIDECAR_SUFFIX)
 
 
+def read_record(answers_file: str | os.PathLike[str]) -> tuple[dict[str, Any], Any] | None:
+    """``(producer, skipped)`` of an answers file's record as saved, or ``None`` when the file has no record.
+
+    Raises:
+        ValueError: If the record cannot be read, does not parse, or has no ``producer`` object.
+    """
+    path = sidecar_path(answers_file)
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        producer, skipped = saved["producer"], saved.get("skipped", {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(f"{os.fspath(path)!r} is not a readable answers record") from None
+    if not isinstance(producer, dict):
+        raise ValueError(f"{os.fspath(path)!r} is not a readable answers record")
+    return producer, skipped
+
+
 def model_files(folder: str | os.PathLike[str]) -> list[Path]:
     """The files of a checkpoint or tower folder that :func:`folder_fingerprint` covers, sorted by name."""
     return sorted(
@@ -212,12 +231,9 @@ class Provenance:
                 f"{self.output_flag}"
             )
         try:
-            saved = json.loads(self.path.read_text(encoding="utf-8"))
-            old, skipped = saved["producer"], saved.get("skipped", {})
-        except (ValueError, KeyError, TypeError):
-            raise UserError(
-                f"{os.fspath(self.path)!r} is not a readable answers record; pass --overwrite to answer again"
-            ) from None
+            old, skipped = read_record(self.answers_file)
+        except ValueError as exc:
+            raise UserError(f"{exc}; pass --overwrite to answer again") from None
         changes = _differences(old, self.producer)
         if changes:
             raise UserError(
@@ -294,14 +310,13 @@ def merge_records(merged: str | os.PathLike[str], chunks: Sequence[str | os.Path
     if not chunks:
         raise UserError("none of the chunk answers files holds answers; run the loaders first")
     for chunk in chunks:
-        path = sidecar_path(chunk)
         try:
-            saved = json.loads(path.read_text(encoding="utf-8"))
-            producers.append(dict(saved["producer"]))
-            skipped.update(saved.get("skipped") or {})
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise UserError(f"chunk answers {os.fspath(chunk)!r} have no readable record {path.name}; answer that chunk "
-                            "again with the loader") from None
+            producer, chunk_skipped = read_record(chunk)
+            skipped.update(chunk_skipped or {})
+        except (ValueError, TypeError):  # no record (None does not unpack), a broken one, or skips that are no mapping
+            raise UserError(f"chunk answers {os.fspath(chunk)!r} have no readable record {sidecar_path(chunk).name}; "
+                            "answer that chunk again with the loader") from None
+        producers.append(dict(producer))
     hashes = [producer.pop("questions", None) for producer in producers]
     for chunk, producer in zip(chunks[1:], producers[1:]):
         changes = _differences(producers[0], producer)
@@ -336,6 +351,6 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "NEUTRAL_FLAGS", "Provenance", "file_digest", "folder_fingerprint", "merge_records", "model_files", "model_fingerprint", "producer_record",
+    "NEUTRAL_FLAGS", "Provenance", "file_digest", "folder_fingerprint", "merge_records", "read_record", "model_files", "model_fingerprint", "producer_record",
     "records_fingerprint", "sidecar_path",
 ]
