@@ -10,7 +10,8 @@ Vicuna-7B-shaped base LLM, a CLIP-L/14-336 tower, one projector folder per ``--p
 ``llava.generation.load_generator``) and answers questions about images through :func:`llava.eval.core.run_items`,
 the loop every ``model_vqa*`` loader runs, at each ``--batch-sizes`` entry and each ``--fast`` path:
 
-- one batch first, unmeasured (captures and compiles happen there);
+- every batch of the rounds answered once first, unmeasured, with one token and with ``--new-tokens`` (the captures
+  and compiles of every prompt-length bucket the rounds meet happen there, as they would early in a benchmark);
 - then ``--rounds`` batches, each answered twice: with ``--max_new_tokens 1``, whose time is the **time to first
   token** (reading and preprocessing the images, the tower, the projector, the prefill and the first token; the
   **model TTFT** column times ``generate(max_new_tokens=1)`` alone on a batch already preprocessed), and with
@@ -18,7 +19,8 @@ the loop every ``model_vqa*`` loader runs, at each ``--batch-sizes`` entry and e
   the extra time per token (ms per step, and tokens/s over the batch), **questions/s** the batch over the whole
   time; each figure comes from the median round.
 
-Greedy answers of a fast path are compared with the eager ones (``same_answers``). ``--budget-s`` time-boxes the run:
+Greedy answers of a fast path are compared with the eager ones (``same_answers``; where they differ, how many and
+at which word each first differs: random float16 weights leave near-ties that rounding can flip). ``--budget-s`` time-boxes the run:
 settings left when it is spent are listed as skipped. Output: JSON (a header with the machine, versions and the
 command, and one row per setting) and a markdown table on stdout.
 """
@@ -35,8 +37,9 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 if __name__ == "__main__":  # no progress bar per timed batch (read when torch imports tqdm)
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -47,6 +50,7 @@ from PIL import Image  # noqa: E402
 if __package__ in (None, ""):  # run as a file: import llava and the sibling module from the checkout
     sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
+from profile_summary import profile_call, summary_line  # noqa: E402
 from random_llava import Shape, write_random_llava  # noqa: E402
 
 from llava.capture import FAST_MODES  # noqa: E402
@@ -78,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="paths to compare (default: none cudagraph on cuda, none compile on cpu)")
     parser.add_argument("--new-tokens", type=int, default=32, help="answer length for the decode figures")
     parser.add_argument("--rounds", type=int, default=2, help="measured batches per setting")
+    parser.add_argument("--profile-batches", nargs="*", type=int, default=[],
+                        help="also profile the model's first token and a whole answer at these batch sizes "
+                             "(torch.profiler: kernels, GPU busy vs wall, top kernels)")
     parser.add_argument("--budget-s", type=float, default=None, help="stop starting new settings after this many seconds")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     return parser
@@ -137,24 +144,46 @@ class Answering:
         seconds = time.perf_counter() - started
         return seconds, [json.loads(line)["text"] for line in answers.read_text().splitlines()]
 
-    def model_first_token(self, batch: int, rounds: int) -> float:
-        """Median seconds of the model's part of a first token: ``generate(max_new_tokens=1)`` on a batch already
-        tokenized and preprocessed as the generator does it (tower, projector, splice, prefill, first token)."""
+    def model_call(self, batch: int, new_tokens: int) -> Callable[[], Any]:
+        """The model's part of answering: ``generate`` on a batch already tokenized and preprocessed as the generator
+        does it (tower, projector, splice, prefill, then ``new_tokens`` tokens), as a function of nothing."""
         from llava.testing.fast_paths import prompt_batch
 
         generator = self.generator
         questions = [QUESTIONS[index % len(QUESTIONS)] for index in range(batch)]
         call = {**prompt_batch(generator.tokenizer, generator.image_processor, generator.model, questions),
-                "do_sample": False, "max_new_tokens": 1}
+                "do_sample": False, "max_new_tokens": new_tokens}
+
+        def generate() -> Any:
+            with torch.inference_mode():
+                return generator.model.generate(**call)
+
+        return generate
+
+    def model_first_token(self, batch: int, rounds: int) -> float:
+        """Median seconds of :meth:`model_call` with one new token (the model's part of a first token)."""
+        generate = self.model_call(batch, 1)
         times = []
-        with torch.inference_mode():
-            for _ in range(rounds + 1):  # the first call may capture (another prompt bucket): not counted
-                self._sync()
-                started = time.perf_counter()
-                generator.model.generate(**call)
-                self._sync()
-                times.append(time.perf_counter() - started)
+        for _ in range(rounds + 1):  # the first call may capture (another prompt bucket): not counted
+            self._sync()
+            started = time.perf_counter()
+            generate()
+            self._sync()
+            times.append(time.perf_counter() - started)
         return statistics.median(times[1:])
+
+    def profile(self, batch: int, new_tokens: int) -> dict[str, Any]:
+        """:func:`profile_summary.profile_call` of the model's first token and of a whole answer (both run once
+        unprofiled first, so that no capture or compile is profiled), and the decode step derived from the two."""
+        first, answer = self.model_call(batch, 1), self.model_call(batch, new_tokens)
+        first(), answer()
+        device = torch.device(self.device)
+        summaries = {"first_token": profile_call(first, device), "answer": profile_call(answer, device)}
+        steps = new_tokens - 1
+        summaries["per_decode_step"] = {
+            key: round((summaries["answer"][key] - summaries["first_token"][key]) / steps, 3)
+            for key in ("count", "aten_ops", "busy_ms", "wall_ms")}
+        return summaries
 
     def _sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -165,7 +194,10 @@ def measure(answering: Answering, items: list[Any], batch: int, args: argparse.N
     """The row of one (projector, path, batch) setting; see the module docstring. Each round answers one batch
     twice (one token, then ``--new-tokens``); the figures use the median round."""
     rounds, new = args.rounds, args.new_tokens
-    warm, _ = answering.run(items[:batch], batch, new)
+    warm = 0.0
+    for index in range(rounds):
+        chosen = items[index * batch : (index + 1) * batch]
+        warm += answering.run(chosen, batch, 1)[0] + answering.run(chosen, batch, new)[0]
     firsts, wholes, texts = [], [], []
     for index in range(rounds):
         chosen = items[index * batch : (index + 1) * batch]
@@ -254,12 +286,29 @@ def measure_projector(answering: Answering, projector: str, tokens: int, items: 
             if _out_of_time(args, report):
                 report.skipped.append(f"{projector} batch {batch} --fast {fast}")
                 continue
-            use_fast(answering.generator.model, fast)
-            row = {"projector": projector, "visual_tokens": tokens, "fast": fast, **measure(answering, items, batch, args)}
+            row = {"projector": projector, "visual_tokens": tokens, "fast": fast, "batch": batch}
+            try:
+                use_fast(answering.generator.model, fast)
+                row.update(measure(answering, items, batch, args))
+                if batch in args.profile_batches:
+                    row["profile"] = answering.profile(batch, args.new_tokens)
+            except Exception as error:  # a benchmark row, not a crash: the other settings still run and are kept
+                traceback.print_exc()  # the log keeps where it failed; the row keeps the one-line reason
+                row["error"] = f"{type(error).__name__}: {error}"
+                report.add(row)
+                continue
             texts = row.pop("answers")
             eager_texts = texts if fast == "none" else eager_texts
             row["same_answers"] = None if fast == "none" or eager_texts is None else texts == eager_texts
+            if row["same_answers"] is False:
+                row["first_difference_words"] = [first_difference(a, b) for a, b in zip(eager_texts, texts) if a != b]
             report.add(row)
+
+
+def first_difference(eager: str, fast: str) -> int:
+    """The index of the first word at which two answers differ."""
+    pairs = zip(eager.split(), fast.split())
+    return next((index for index, (a, b) in enumerate(pairs) if a != b), min(len(eager.split()), len(fast.split())))
 
 
 def _out_of_time(args: argparse.Namespace, report: Report) -> bool:
@@ -267,16 +316,26 @@ def _out_of_time(args: argparse.Namespace, report: Report) -> bool:
 
 
 def _line(row: dict[str, Any]) -> str:
-    return (f"{row['projector']:>14} K={row['visual_tokens']:<4} batch {row['batch']:>3} --fast {row['fast']:<9} "
+    if "error" in row:
+        return f"{row['projector']:>14} batch {row['batch']:>3} --fast {row['fast']:<9} FAILED: {row['error']}"
+    line = (f"{row['projector']:>14} K={row['visual_tokens']:<4} batch {row['batch']:>3} --fast {row['fast']:<9} "
             f"TTFT {row['ttft_ms']:9.2f} ms (model {row['model_ttft_ms']:8.2f})  decode {row['decode_ms_per_step']:8.2f} ms/step "
             f"{row['decode_tokens_per_s'] or float('nan'):9.1f} tok/s  {row['questions_per_s']:7.2f} q/s  same {row['same_answers']}")
+    for part in ("first_token", "answer") if "profile" in row else ():
+        line += f"\n    profile {part}: {summary_line(row['profile'][part])}"
+    return line
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| projector | K | batch | --fast | TTFT ms | model TTFT ms | decode ms/step | decode tok/s | questions/s | same answers |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        same = "" if row["same_answers"] is None else ("yes" if row["same_answers"] else "**no**")
+        if "error" in row:
+            lines.append(f"| {row['projector']} | | {row['batch']} | {row['fast']} | failed: {row['error'][:80]} | | | | | |")
+            continue
+        same = "" if row["same_answers"] is None else ("yes" if row["same_answers"] else
+                                                      f"**no**: {len(row['first_difference_words'])} of {row['batch'] * row['rounds']}, "
+                                                      f"from word {min(row['first_difference_words'])}")
         lines.append(f"| {row['projector']} | {row['visual_tokens']} | {row['batch']} | {row['fast']} | {row['ttft_ms']:.2f} | "
                      f"{row['model_ttft_ms']:.2f} | "
                      f"{row['decode_ms_per_step']:.2f} | {row['decode_tokens_per_s'] or float('nan'):.1f} | {row['questions_per_s']:.2f} | {same} |")

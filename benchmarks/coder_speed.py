@@ -17,7 +17,8 @@ the form before issue 29). Measured in one run:
 
     python benchmarks/coder_speed.py                          # CPU, float32, batch 1
     python benchmarks/coder_speed.py --threads 1 --compile    # also torch.compile(fullgraph=True)
-    python benchmarks/coder_speed.py --device cuda --compile  # float16; eager, CUDA graph, torch.compile
+    python benchmarks/coder_speed.py --device cuda --compile  # float16; eager, CUDA graph, torch.compile (with its
+                                                              # own graphs, and inside one plain CUDA graph)
 """
 
 from __future__ import annotations
@@ -137,6 +138,15 @@ def fast_variants(args, fused, step_by_step, x, device) -> tuple[dict[str, Calla
             compiled(x)
         seconds["fused, torch.compile"] = time.perf_counter() - start
         variants["fused, torch.compile"] = lambda: compiled(x)
+        if device.type == "cuda":  # inductor's kernels without its CUDA-graph trees, replayed from one plain graph
+            from llava.capture import CudaGraphCall
+
+            inductor = torch.compile(copy.deepcopy(fused), fullgraph=True, mode="default")  # a cache of its own
+            start = time.perf_counter()
+            with torch.no_grad():
+                graph = CudaGraphCall(inductor, (x,))
+            seconds["fused, torch.compile in a CUDA graph"] = time.perf_counter() - start
+            variants["fused, torch.compile in a CUDA graph"] = lambda graph=graph: graph(x)
     return variants, seconds
 
 

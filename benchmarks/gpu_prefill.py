@@ -4,6 +4,7 @@ its share of the measured peak.
 
     python benchmarks/gpu_prefill.py --out outputs/gpu/gpu_bench.json              # on a GPU (fp16)
     python benchmarks/gpu_prefill.py --device cpu --layers 1 --batch-sizes 1 --iters 2 --out /tmp/b.json  # wiring
+    python benchmarks/gpu_prefill.py --batch-sizes 32 --fast none --out b32.json   # batch-32 prefill vs the peak
 
 Every latency comes from ``braco cost --measure`` (CUDA events, ``torch.cuda.max_memory_allocated``; random
 weights of the preset's shape), run as a subprocess per setting; this script only adds the peak and the table.
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--matmul-size", type=int, default=8192)
+    parser.add_argument("--fast", nargs="+", choices=["none", "cudagraph"], default=None,
+                        help="paths to measure (default: none and cudagraph on cuda, none on cpu)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -99,7 +102,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"matmul peak: {peak:.1f} TFLOP/s ({size}^3, {'bf16' if args.device == 'cuda' else 'fp32'})", flush=True)
     runs: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    fast_modes = ["none", "cudagraph"] if args.device == "cuda" else ["none"]
+    fast_modes = args.fast or (["none", "cudagraph"] if args.device == "cuda" else ["none"])
+    if args.device == "cpu" and "cudagraph" in fast_modes:
+        parser.error("--fast cudagraph needs --device cuda")
     for fast in fast_modes:
         runs[f"boundary/{fast}"] = measure = braco_cost(args, ["boundary"], fast, [1])
         rows += rows_with_share(measure, "boundary", fast, peak)

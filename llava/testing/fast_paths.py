@@ -28,8 +28,16 @@ def plain_call(fn: Callable[..., Any], *example: torch.Tensor) -> Callable[..., 
 
 
 def sample_images(count: int) -> list[Image.Image]:
-    """``count`` distinct RGB images of different sizes."""
-    return [Image.new("RGB", (40 + 8 * index, 48 - 4 * index), (40 * index % 255, 120, 200 - 30 * index)) for index in range(count)]
+    """``count`` RGB images: seven different sizes and colours, then again, with a mark at a different place each
+    time round, so that any batch size (32 in the GPU benchmark) gets valid images, no two alike."""
+    images = []
+    for index in range(count):
+        shape = index % 7
+        image = Image.new("RGB", (40 + 8 * shape, 48 - 4 * shape), (40 * shape, 120, 200 - 30 * shape))
+        if index >= 7:
+            image.putpixel((index // 7 % 40, index // 7 % 24), (255, 255, 255))
+        images.append(image)
+    return images
 
 
 def prompt_batch(tokenizer: Any, image_processor: Any, model: Any, questions: Sequence[str], *, conv_mode: str = "vicuna_v1",

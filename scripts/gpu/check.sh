@@ -1,24 +1,30 @@
 #!/bin/bash
-# Run THERE, on a GPU machine, from the repository root (issue 15). With the device tool (at most 10 minutes a
-# command): first `bash scripts/gpu/fetch_wheels.sh` here, then one call per line below, with carry [".whl"]:
-#   GPU_CHECK_STEPS=tests bash scripts/gpu/check.sh
-#   GPU_CHECK_STEPS=bench bash scripts/gpu/check.sh
-#   GPU_CHECK_STEPS=train bash scripts/gpu/check.sh
-#   GPU_CHECK_STEPS=coder bash scripts/gpu/check.sh   (the Braco coder alone, a few minutes: scripts/gpu/coder_timing.sh)
-#   GPU_CHECK_STEPS="fast answer" bash scripts/gpu/check.sh    (issue 29; time boxes 150 + 300 s)
-# Each installs the carried wheels and the project (offline), then runs its steps, time-boxed; a failed step does
-# not stop the next. Results go to $OUT (or outputs/gpu):
-#   gpu_tests.log, gpu_tests.xml   the GPU tests (pytest -m gpu tests/gpu; JUnit XML)
-#   gpu_bench.json, gpu_bench.log  matmul peak, braco cost --measure rows (compressor, prefill; batch 1/8/32)
-#   gpu_train.json, gpu_train.log  stage-2 training step, vanilla vs Braco-16 (LoRA, 7B shape)
+# Run THERE, on a GPU machine, from the repository root (issues 15, 29, 33): `make gpu-check` runs every step. With the
+# device tool (at most 10 minutes a command, 15 minutes of device time in all): first `bash scripts/gpu/fetch_wheels.sh`
+# here, then two calls back to back (the second while the machine is still warm), each with carry [".whl"]:
+#   GPU_CHECK_STEPS="fast answer bench coder" GPU_CHECK_BUDGET_S=460 GPU_BENCH_ARGS="--batch-sizes 32 --fast none" \
+#       bash scripts/gpu/check.sh
+#   GPU_CHECK_STEPS="answer-batch cost tests" GPU_CHECK_BUDGET_S=280 bash scripts/gpu/check.sh
+# Each installs the carried wheels and the project (offline), then runs its steps in that order, time-boxed; a failed
+# step does not stop the next. Results go to $OUT (or outputs/gpu):
 #   gpu_fast.log, gpu_fast.xml     the fast generation path's GPU tests (tests/gpu/test_fast_generation.py)
-#   answer_speed.json, .log        answering through the eval core, 7B shape: TTFT, decode, questions/s at batch
-#                                  1/8/32, eager vs --fast cudagraph, vanilla / Braco-16 / PruMerge-16
+#   answer_speed.json, .log        answering through the eval core (the model_vqa* loaders' loop), 7B shape, batch 1:
+#                                  TTFT, decode, questions/s, eager vs --fast cudagraph, vanilla / Braco-16 /
+#                                  PruMerge-16, with a torch.profiler summary of the first token and of an answer
+#   answer_speed_batch.json, .log  the same at batch 8 and 32 (Braco-16 first), profiled at batch 32
+#   answer_speed_compile.json, .log  batch 1, eager vs --fast compile (Braco-16, vanilla)
 #   coder_speed.json, coder_speed.log  the Braco coder: fused vs step-by-step, eager / CUDA graph / torch.compile
+#   gpu_bench.json, gpu_bench.log  matmul peak, braco cost --measure rows (compressor, prefill) with % of the peak
+#   gpu_cost.json, gpu_cost.log    braco cost --measure: every projector type at K = 16 (the module as built)
+#   gpu_cost_reducers.json, .log   braco cost --reducer ... --measure: the in-LLM reducers' prefill against vanilla's
+#   gpu_tests.log, gpu_tests.xml   the other GPU tests (pytest -m gpu tests/gpu; JUnit XML)
+#   gpu_train.json, gpu_train.log  stage-2 training step, vanilla vs Braco-16 (LoRA, 7B shape)
 #   summary.txt                    one screen: versions, device, what passed, failed or could not run
-# Environment: GPU_CHECK_STEPS ("tests bench train coder answer" by default, for a machine without a time limit),
-# GPU_CHECK_BUDGET_S (total seconds, default 540), GPU_ANSWER_ARGS (the answer step's shape and device flags,
-# default "--device cuda --dtype float16"; "--device cpu --layers 1 --shrink 64" checks its wiring on a CPU).
+# Environment: GPU_CHECK_STEPS (all of "fast answer bench coder answer-batch answer-compile cost cost-reducers tests
+# train" by default, for a machine without a time limit), GPU_CHECK_BUDGET_S (total seconds, default 540), GPU_ANSWER_ARGS
+# (the answer steps' shape and device flags, default "--device cuda --dtype float16"; "--device cpu --layers 1
+# --shrink 64" checks their wiring on a CPU), GPU_BENCH_ARGS (extra flags of benchmarks/gpu_prefill.py), GPU_TEST_TIMEOUT_S (each GPU test's
+# time box where pytest-timeout is installed, default 120).
 # Exit status: 0 when every step passed; 1 when a step failed, timed out or was skipped for lack of time (the
 # summary says which); 2 when $OUT is a folder of someone else's files (it is left untouched), a file, or cannot be
 # written.
@@ -47,14 +53,15 @@ SUMMARY="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-# step NAME SECONDS COMMAND...: run with a time box no longer than what is left, record the outcome.
+# step NAME SECONDS LOG COMMAND...: run with a time box no longer than what is left, its output into LOG; record
+# the outcome in the summary and append LOG's last lines (as many as TAIL says, default 25).
 step() {
-    local name=$1 limit=$2; shift 2
+    local name=$1 limit=$2 log=$3; shift 3
     local remaining; remaining=$(left)
     if [ "$remaining" -lt 20 ]; then note "SKIPPED  $name (time budget spent)"; FAILURES=$((FAILURES + 1)); return; fi
     [ "$limit" -gt "$remaining" ] && limit=$remaining
     local t0; t0=$(date +%s)
-    timeout "$limit" "$@"
+    timeout "$limit" "$@" > "$log" 2>&1
     local rc=$?
     local took=$(( $(date +%s) - t0 ))
     case $rc in
@@ -62,6 +69,7 @@ step() {
         124) note "TIMEOUT  $name (after ${limit} s)"; FAILURES=$((FAILURES + 1)) ;;
         *) note "FAILED   $name (exit $rc, ${took} s)"; FAILURES=$((FAILURES + 1)) ;;
     esac
+    tail -n "${TAIL:-25}" "$log" >> "$SUMMARY"
 }
 
 export PYTHONUNBUFFERED=1
@@ -93,34 +101,57 @@ print("cuda available", torch.cuda.is_available(), torch.cuda.get_device_name(0)
 PY
 } 2>&1 | tee -a "$SUMMARY"
 
-STEPS=${GPU_CHECK_STEPS:-tests bench train coder answer}
-if [[ " $STEPS " == *" tests "* ]]; then
-    step "GPU tests" 300 python3 -m pytest -q -m gpu tests/gpu -rs \
-        --junitxml "$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
-    tail -n 25 "$OUT/gpu_tests.log" >> "$SUMMARY"
+STEPS=${GPU_CHECK_STEPS:-fast answer bench coder answer-batch answer-compile cost cost-reducers tests train}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+ANSWER_ARGS=${GPU_ANSWER_ARGS:---device cuda --dtype float16}
+if has fast; then
+    TAIL=15 step "GPU fast-path tests" 100 "$OUT/gpu_fast.log" \
+        python3 -m pytest -q -m gpu tests/gpu/test_fast_generation.py -rs --junitxml "$OUT/gpu_fast.xml"
 fi
-if [[ " $STEPS " == *" bench "* ]]; then
-    step "GPU prefill benchmarks" 480 python3 benchmarks/gpu_prefill.py --out "$OUT/gpu_bench.json" > "$OUT/gpu_bench.log" 2>&1
-    tail -n 40 "$OUT/gpu_bench.log" >> "$SUMMARY"
+# answer NAME SECONDS FLAGS...: benchmarks/answer_speed.py into $OUT/NAME.json and .log, stopping 30 s before its box.
+answer() {
+    local name=$1 limit=$2; shift 2
+    local remaining; remaining=$(left)
+    [ "$limit" -gt "$remaining" ] && limit=$remaining
+    # shellcheck disable=SC2086  # ANSWER_ARGS is a list of flags
+    step "answering speed ($name)" "$limit" "$OUT/$name.log" python3 benchmarks/answer_speed.py \
+        --cache "${GPU_ANSWER_CACHE:-/tmp/llava-answer-speed}" $ANSWER_ARGS --budget-s $((limit > 60 ? limit - 30 : limit / 2)) \
+        "$@" --out "$OUT/$name.json"
+}
+if has answer; then
+    answer answer_speed 170 --batch-sizes 1 --profile-batches 1
 fi
-if [[ " $STEPS " == *" train "* ]]; then
-    step "GPU training step" 480 python3 benchmarks/gpu_train_step.py --out "$OUT/gpu_train.json" > "$OUT/gpu_train.log" 2>&1
-    tail -n 8 "$OUT/gpu_train.log" >> "$SUMMARY"
+if has bench; then
+    # shellcheck disable=SC2086  # GPU_BENCH_ARGS is a list of flags
+    TAIL=40 step "GPU prefill benchmarks" 300 "$OUT/gpu_bench.log" \
+        python3 benchmarks/gpu_prefill.py ${GPU_BENCH_ARGS:-} --out "$OUT/gpu_bench.json"
 fi
-if [[ " $STEPS " == *" coder "* ]]; then
-    step "Braco coder timing" 300 bash scripts/gpu/coder_timing.sh "$OUT" > "$OUT/coder_speed.log" 2>&1
-    tail -n 12 "$OUT/coder_speed.log" >> "$SUMMARY"
+if has coder; then
+    TAIL=12 step "Braco coder timing" 90 "$OUT/coder_speed.log" bash scripts/gpu/coder_timing.sh "$OUT"
 fi
-if [[ " $STEPS " == *" fast "* ]]; then
-    step "GPU fast-path tests" 150 python3 -m pytest -q -m gpu tests/gpu/test_fast_generation.py -rs \
-        --junitxml "$OUT/gpu_fast.xml" > "$OUT/gpu_fast.log" 2>&1
-    tail -n 15 "$OUT/gpu_fast.log" >> "$SUMMARY"
+if has answer-batch; then
+    answer answer_speed_batch 150 --batch-sizes 8 32 --profile-batches 32 --projectors braco_c3s7 mlp2x_gelu prumerge_k16
 fi
-if [[ " $STEPS " == *" answer "* ]]; then
-    # shellcheck disable=SC2086  # GPU_ANSWER_ARGS is a list of flags
-    step "answering speed (eval core)" 300 python3 benchmarks/answer_speed.py --cache "${GPU_ANSWER_CACHE:-/tmp/llava-answer-speed}" \
-        ${GPU_ANSWER_ARGS:---device cuda --dtype float16} --budget-s 240 --out "$OUT/answer_speed.json" > "$OUT/answer_speed.log" 2>&1
-    tail -n 25 "$OUT/answer_speed.log" >> "$SUMMARY"
+if has answer-compile; then  # --fast compile on CUDA: inductor's kernels captured (compiling a 7B step takes minutes)
+    answer answer_speed_compile 300 --batch-sizes 1 --fast none compile --projectors braco_c3s7 mlp2x_gelu
+fi
+if has cost; then
+    TAIL=16 step "braco cost, every projector type at K = 16" 90 "$OUT/gpu_cost.log" python3 -m braco_patch.cli cost \
+        --measure --device cuda --projector all --budgets 16 --parts boundary --warmup 10 --iters 50 --json "$OUT/gpu_cost.json"
+fi
+if has cost-reducers; then
+    TAIL=12 step "braco cost, the in-LLM reducers" 120 "$OUT/gpu_cost_reducers.log" python3 -m braco_patch.cli cost \
+        --measure --device cuda --reducer fastv_k2_r50 pyramiddrop_s8_r50 sparsevlm_k192 dart_k128 --json "$OUT/gpu_cost_reducers.json"
+fi
+if has tests; then
+    # one slow case (DeepSpeed ZeRO-3 took over 130 s on 2026-11-26) must not cost the others: a time box per test
+    PER_TEST=$(python3 -c "import pytest_timeout" >/dev/null 2>&1 && echo "--timeout ${GPU_TEST_TIMEOUT_S:-120}")
+    # shellcheck disable=SC2086  # PER_TEST is empty or one flag
+    step "GPU tests" 300 "$OUT/gpu_tests.log" python3 -m pytest -q -m gpu tests/gpu --ignore tests/gpu/test_fast_generation.py \
+        -rs $PER_TEST --junitxml "$OUT/gpu_tests.xml"
+fi
+if has train; then
+    TAIL=8 step "GPU training step" 480 "$OUT/gpu_train.log" python3 benchmarks/gpu_train_step.py --out "$OUT/gpu_train.json"
 fi
 note "total $(( $(date +%s) - START )) s; $FAILURES step(s) did not pass"
 [ "$FAILURES" -eq 0 ]

@@ -24,7 +24,7 @@ download() {
 if [ "${1:-}" = "--with-bitsandbytes" ]; then
     download "bitsandbytes>=0.45"
 else
-    download "transformers==5.23.0" "shortuuid>=1.0" "entmax>=1.3" hjson pydantic pydantic-core annotated-types \
+    download "transformers==5.24.0" "shortuuid>=1.0" "entmax>=1.3" hjson pydantic pydantic-core annotated-types \
         typing-inspection "typing-extensions>=4.16" "setuptools>=70.1"
     # DeepSpeed ships only a source archive: build its (pure Python, ops compiled at run time) wheel here.
     DS_BUILD_OPS=0 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$OUT" "deepspeed==0.19.7"

@@ -58,3 +58,50 @@ def test_a_cache_of_someone_elses_files_is_refused_untouched(tmp_path: Path) -> 
     with pytest.raises(UserError, match=r"^--cache '.*' already holds files this command did not write \(notes\.txt\)"):
         _load().main([*TINY, "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "speed.json")])
     assert [path.name for path in folder.iterdir()] == ["notes.txt"]
+
+
+def test_a_failing_setting_is_a_row_and_a_profiled_one_says_where_its_time_goes(tmp_path: Path, monkeypatch, capfd) -> None:
+    """A fast path that fails (here its capture) costs its own row only; ``--profile-batches`` adds a profiler
+    summary whose answer holds more work than its first token."""
+    import llava.model.fast_flag as fast_flag
+
+    real = fast_flag.use_fast
+
+    def capture_fails(model, fast):
+        if fast == "compile":
+            raise RuntimeError("CUDA graph capture failed (operation not permitted when stream is capturing)")
+        return real(model, fast)
+
+    monkeypatch.setattr(fast_flag, "use_fast", capture_fails)
+    result = _load().main([*TINY, "--profile-batches", "2", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "s.json")])
+    eager, failed = result["rows"]
+    assert failed == {"projector": "mlp2x_gelu", "visual_tokens": 576, "fast": "compile", "batch": 2,
+                      "error": "RuntimeError: CUDA graph capture failed (operation not permitted when stream is capturing)"}
+    profile = eager["profile"]
+    assert profile["first_token"]["kind"] == "aten ops" and 0 < profile["first_token"]["count"] < profile["answer"]["count"]
+    assert profile["per_decode_step"]["count"] == (profile["answer"]["count"] - profile["first_token"]["count"]) / 2
+    assert 0 < profile["answer"]["busy_ms"] and profile["answer"]["top"][0]["ms"] > 0
+    out = capfd.readouterr()  # file descriptors: kineto writes its trace markers to descriptor 2 directly
+    assert "| mlp2x_gelu | | 2 | compile | failed: RuntimeError: CUDA graph capture failed" in out.out
+    assert "profile first_token: " in out.err and "USDT:" not in out.err
+
+
+def test_the_busy_time_is_the_union_of_the_kernels_intervals() -> None:
+    import random
+    import sys
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from profile_summary import _union_us
+
+    rng = random.Random(0)
+    for _ in range(200):
+        spans = [(start, start + rng.randint(0, 30)) for start in (rng.randint(0, 200) for _ in range(rng.randint(0, 12)))]
+        covered = {t for start, stop in spans for t in range(start, stop)}  # unit steps, counted directly
+        assert _union_us(spans) == len(covered)
+
+
+def test_first_difference_is_the_first_word_that_differs() -> None:
+    first_difference = _load().first_difference
+    assert first_difference("a cat on a mat", "a cat on the mat") == 3
+    assert first_difference("dog", "cat") == 0
+    assert first_difference("a cat", "a cat sat") == 2  # one answer stops early: it differs where it stops

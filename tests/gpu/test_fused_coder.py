@@ -108,3 +108,22 @@ def test_fused_forward_never_syncs_with_the_host(device: torch.device) -> None:
             fused.train()(x)
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+@needs_cuda("CUDA graphs")
+def test_the_compiled_coder_replayed_from_a_cuda_graph_matches_float64(device: torch.device) -> None:
+    """What ``--fast compile`` does on CUDA: inductor's kernels captured into one plain CUDA graph. On an H200
+    (2026-11-27, ``benchmarks/coder_speed.py --device cuda --compile``) this variant of c3s7 returned NaN while the
+    same compiled coder under torch.compile's own graphs (``reduce-overhead``) was correct."""
+    from llava.capture import CudaGraphCall
+
+    fused, step_by_step = _coders()
+    reference = copy.deepcopy(step_by_step).double().eval()
+    x = torch.randn(1, 577, 1024, dtype=torch.float64)
+    with torch.no_grad():
+        expected = reference(x)
+        coder = fused.to(device=device, dtype=torch.float16).eval()
+        replay = CudaGraphCall(torch.compile(coder, fullgraph=True), (x.to(device=device, dtype=torch.float16),))
+        out = replay(x.to(device=device, dtype=torch.float16)).clone()
+    assert torch.isfinite(out).all()
+    assert _rel(out, expected) <= TOLERANCE[torch.float16]

@@ -212,3 +212,12 @@ def test_sampling_keeps_what_transformers_warpers_keep_and_draws_by_the_probabil
         expected = warped[row].double().softmax(-1)
         frequent = expected > 0.05
         assert torch.allclose(counts[frequent] / 4000, expected[frequent], atol=0.03)
+
+
+def test_sample_images_serve_any_batch_size_with_no_two_alike() -> None:
+    # The GPU benchmark's batch 32 asked for 32: heights went negative from the 13th image on, and PIL refused.
+    from llava.testing.fast_paths import sample_images
+
+    images = sample_images(64)
+    assert len(images) == 64 and all(image.width > 0 and image.height > 0 for image in images)
+    assert len({(image.size, image.tobytes()) for image in images}) == 64
