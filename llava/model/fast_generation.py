@@ -103,6 +103,12 @@ def make_capture(mode: str, device: torch.device) -> Capture:
     pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 
     def capture(fn: Callable[..., Any], *example: torch.Tensor) -> Callable[..., Any]:
+        # The runs below draw random numbers (a sampling step does): the caller's generators get their state back,
+        # so that a seeded call that captures samples as the same call replaying.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+            return _capture(fn, example)
+
+    def _capture(fn: Callable[..., Any], example: tuple[torch.Tensor, ...]) -> Callable[..., Any]:
         # Once eagerly first: what a model builds on its first call (transformers' output-recording hooks, installed
         # under a lock that torch.compile cannot trace; a compressor's cached operators) exists before tracing.
         fn(*example)

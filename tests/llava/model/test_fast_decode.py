@@ -16,7 +16,7 @@ from transformers import GenerationConfig, LogitsProcessorList, TopKLogitsWarper
 
 from llava.model.decode_plan import DecodePlan, decode_plan
 from llava.model.fast_decode import bucket, cache_length
-from llava.model.fast_generation import enable_fast_path
+from llava.model.fast_generation import COMPILE_BACKEND_VARIABLE, enable_fast_path
 from llava.model.static_cache import StaticKV, slot_mask
 from llava.testing.fast_paths import QUESTIONS, eager_and_fast, plain_call, prompt_batch, sampled_twice
 
@@ -131,6 +131,18 @@ def test_sampling_on_the_fast_path_is_seeded_and_in_range(family) -> None:
     first, second = sampled_twice(model, "compile", call, seed=3, capture=plain_call)
     assert torch.equal(first, second) and first.shape[0] == 2
     assert ((first >= 0) & (first < model.lm_head.out_features)).all()
+
+
+def test_a_seeded_call_that_captures_samples_as_one_that_replays(family, monkeypatch) -> None:
+    # Found on an H200 (2026-11-27): the first seeded call ran each step once eagerly before capturing it, and that
+    # run's random draws shifted its tokens by two steps against the same call replaying. The real capture here
+    # (torch.compile, dynamo's eager backend for speed) runs the step before compiling it, as the CUDA graph does.
+    monkeypatch.setenv(COMPILE_BACKEND_VARIABLE, "eager")
+    tokenizer, model, image_processor, _ = family("llama")
+    call = {**prompt_batch(tokenizer, image_processor, model, QUESTIONS[:2]), "do_sample": True, "temperature": 0.7,
+            "top_p": 0.9, "max_new_tokens": 6}
+    first, second = sampled_twice(model, "compile", call, seed=5)
+    assert torch.equal(first, second)
 
 
 # ------------------------------------------------------------------------------------------ the parts
