@@ -181,7 +181,7 @@ def format_reducers(rows: Sequence[dict[str, Any]], spec: PipelineSpec, vanilla:
 
     big, big_unit = unit_for(r["total"] for r in rows if "left_out" not in r)
     lines = [
-        f"(h) in-LLM reducers on {spec.name} with {vanilla} (each at its plugin's showcased settings, or the first type "
+        f"(j) in-LLM reducers on {spec.name} with {vanilla} (each at its plugin's showcased settings, or the first type "
         "that fits this LLM): the LLM counted "
         "layer by layer at its own image tokens, never averaged; same accounting as (g)",
         f"{'type':<24} {'method':<12} {'pipeline ' + big_unit:>11} {'vs vanilla':>10}  image tokens per LLM layer",

@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if result.get("reducers"):
         print("\n" + format_reducers(result["reducers"], spec, result["types"][0]["type"]))
     elif ALL in (args.projector or ()) and video is not None:
-        print("\n(h) in-LLM reducers are counted on one image's prefill; drop --frames to list them")
+        print("\n(j) in-LLM reducers are counted on one image's prefill; drop --frames to list them")
     if args.measure:
         result["measure"] = _measure(args, spec, inputs, allocations, acc, cap)
         if args.projector:

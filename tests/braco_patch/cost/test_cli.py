@@ -222,7 +222,7 @@ def test_projector_all_lists_every_in_llm_reducer_counted_per_layer(capsys):
     assert vanilla["llm"] == vanilla_llm
     assert rows["fastv_k2_r50"]["total"] == vanilla["total"] - vanilla_llm + fastv_llm
     assert rows["fastv_k2_r50"]["per_layer"] == "576 x2, 288 x30"
-    assert "(h) in-LLM reducers on llava-v1.5-7b with mlp2x_gelu" in out
+    assert "(j) in-LLM reducers on llava-v1.5-7b with mlp2x_gelu" in out
     assert f"fastv_k2_r50             fastv        {(vanilla['total'] - vanilla_llm + fastv_llm) / 1e12:>11.3f}" in out
 
 
