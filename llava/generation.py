@@ -31,6 +31,21 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Visuals:
+    """A batch's pixels as :func:`llava.mm_utils.visuals_to_pixels` returns them, on the CPU."""
+
+    pixels: torch.Tensor | list[torch.Tensor]
+    sizes: list[Any]
+    modalities: list[str] | None
+
+    def on(self, device: Any) -> torch.Tensor | list[torch.Tensor]:
+        """The pixels on ``device`` (a list stays a list: AnyRes views and videos differ in shape)."""
+        if isinstance(self.pixels, list):
+            return [tensor.to(device) for tensor in self.pixels]
+        return self.pixels.to(device)
+
+
+@dataclass(frozen=True)
 class GenerationConfig:
     """Sampling options with upstream's meaning: ``temperature > 0`` samples, 0 is greedy."""
 
@@ -117,13 +132,27 @@ class LlavaGenerator:
         return input_ids.to(self.device), attention_mask.to(self.device)
 
     @torch.inference_mode()
-    def generate(self, questions: Sequence[str], images: Sequence[Sequence[Image.Image]], config: GenerationConfig) -> list[str]:
+    def prepare_visuals(self, images: Sequence[Sequence[Any]]) -> Visuals | None:
+        """The batch's images (or videos) preprocessed on the CPU in the model's dtype; ``None`` when there are none.
+
+        Reads only the image processor and the model's config, so it may run in another thread while the model
+        generates (the loaders' loop prepares the next batch so)."""
+        flat = [image for per_question in images for image in per_question]
+        if not flat:
+            return None
+        # A video (llava.video.SampledVideo) is one item with one marker, tagged for the model (issue 23).
+        pixels, sizes, modalities = visuals_to_pixels(flat, self.image_processor, self.model.config, "cpu", self.dtype)
+        return Visuals(pixels, sizes, modalities)
+
+    def generate(self, questions: Sequence[str], images: Sequence[Sequence[Image.Image]], config: GenerationConfig,
+                 visuals: Visuals | None = None) -> list[str]:
         """Answer a batch; every question must come with the same number of images.
 
         Args:
             questions: User-turn texts without image markers.
             images: Per question, its PIL images (or videos, :class:`llava.video.SampledVideo`, one marker each).
             config: Sampling options.
+            visuals: :meth:`prepare_visuals` of ``images``, when it was done beforehand.
 
         Returns:
             The decoded, stripped answers, in order.
@@ -133,14 +162,13 @@ class LlavaGenerator:
             raise ValueError(f"a batch must have the same number of images per question, got counts {sorted(counts)}")
         prompts = [self.build_prompt(question, len(per_question)) for question, per_question in zip(questions, images)]
         input_ids, attention_mask = self._batch_inputs(prompts)
-        flat = [image for per_question in images for image in per_question]
+        if visuals is None:
+            visuals = self.prepare_visuals(images)
         image_kwargs: dict[str, Any] = {"images": None, "image_sizes": None}
-        if flat:
-            # A video (llava.video.SampledVideo) is one item with one marker, tagged for the model (issue 23).
-            pixels, sizes, modalities = visuals_to_pixels(flat, self.image_processor, self.model.config, self.device, self.dtype)
-            image_kwargs = {"images": pixels, "image_sizes": sizes}
-            if modalities is not None:
-                image_kwargs["modalities"] = modalities
+        if visuals is not None:
+            image_kwargs = {"images": visuals.on(self.device), "image_sizes": visuals.sizes}
+            if visuals.modalities is not None:
+                image_kwargs["modalities"] = visuals.modalities
             image_kwargs.update(question_kwargs(self.model, self.tokenizer, prompts, self.conv_mode))
         output_ids = self.model.generate(
             input_ids, attention_mask=attention_mask, pad_token_id=self.pad_token_id, **image_kwargs, **config.generate_kwargs()
@@ -218,5 +246,5 @@ def _conv_mode_for(model_name: str, conv_mode: str) -> str:
 
 __all__ = [
     "GenerationConfig", "LlavaGenerator", "check_generation_values", "check_reducer_flag", "default_device", "default_dtype", "load_generator",
-    "resolve_device",
+    "resolve_device", "Visuals",
 ]

@@ -13,7 +13,9 @@ becomes one or more :class:`EvalItem` (the user-turn text, the text stored as ``
   system as it is produced, damaged lines are set aside (see :mod:`llava.eval.answers`); a sidecar
   ``<answers>.meta.json`` records the model, the questions and the settings that produced the answers, and
   resuming with others is refused, naming ``--overwrite`` (see :mod:`llava.eval.provenance`);
-* batched greedy or sampled generation (``--batch-size``) with left padding (:mod:`llava.generation`);
+* batched greedy or sampled generation (``--batch-size``) with left padding (:mod:`llava.generation`), the next
+  batch's images read and preprocessed in a background thread meanwhile (videos, which read the tokenizer to be
+  loaded, are read in turn);
 * the answers JSONL with upstream's fields (``question_id, prompt, text, answer_id, model_id, metadata``
   plus a loader's extras such as MMBench's ``round_id, options, option_char``);
 * device and dtype: ``--device`` (default ``cuda`` when available, else ``cpu``), float16 on CUDA and
@@ -34,9 +36,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
@@ -59,7 +63,15 @@ from llava.eval.items import (
 from llava.eval.provenance import Provenance, model_files, producer_record, records_fingerprint
 
 # Generation lives in llava.generation; its names stay importable from here, where loaders and tests use them.
-from llava.generation import GenerationConfig, LlavaGenerator, check_reducer_flag, default_dtype, load_generator, resolve_device
+from llava.generation import (
+    GenerationConfig,
+    LlavaGenerator,
+    Visuals,
+    check_reducer_flag,
+    default_dtype,
+    load_generator,
+    resolve_device,
+)
 from llava.model.context_length import PromptTooLong
 from llava.model.fast_flag import add_fast_flag, resolve_fast
 from llava.utils import UserError, add_reducer_flag, setup_logging
@@ -103,6 +115,7 @@ def run_items(
     skip_missing: bool = False,
     overwrite: bool = False,
     producer: Mapping[str, Any] | None = None,
+    prefetch: bool = True,
 ) -> RunResult:
     """Answer every item not yet in ``answers_file``.
 
@@ -122,6 +135,8 @@ def run_items(
         producer: What produces the answers (see :func:`llava.eval.provenance.producer_record`): recorded next
             to the answers file, and a resumed file must have been produced by the same settings. ``None``
             skips the record (library use without a command line).
+        prefetch: Read and preprocess the next batch's images in a background thread while the model answers this
+            one (``False``: in turn, as before; ``benchmarks/loader_prefetch.py`` times both).
 
     Raises:
         UserError: For a missing/unreadable image without ``skip_missing`` (naming the question id), two items
@@ -149,7 +164,7 @@ def run_items(
         if generator is None:
             logger.info("nothing to answer in %s", answers.path)
         else:
-            _answer(pending, generator, config, answers, model_id, batch_size, skip_missing, result)
+            _answer(pending, generator, config, answers, model_id, batch_size, skip_missing, result, prefetch)
         answers.finish()
     finally:
         answers.close()
@@ -162,24 +177,27 @@ def run_items(
 
 
 def _answer(pending: Sequence[EvalItem], generator: LlavaGenerator, config: GenerationConfig, answers: AnswersFile,
-            model_id: str, batch_size: int, skip_missing: bool, result: RunResult) -> None:
+            model_id: str, batch_size: int, skip_missing: bool, result: RunResult, prefetch: bool = True) -> None:
     """Generate the pending items batch by batch, appending each answer as soon as it exists."""
-    with tqdm(total=result.total, initial=result.already_answered, desc=answers.path.name, dynamic_ncols=True) as progress:
-        for batch in _batches(pending, batch_size):
+    loaded_batches = _loaded_batches(list(_batches(pending, batch_size)), generator, prefetch)
+    with tqdm(total=result.total, initial=result.already_answered, desc=answers.path.name, dynamic_ncols=True) as progress, \
+            closing(loaded_batches):  # an error here stops the reading thread now, not when the traceback goes
+        for batch, loaded in loaded_batches:
             ready, images = [], []
-            for item in batch:
-                try:
-                    images.append([ref.load_for(generator, item.question) for ref in item.images])
-                    ready.append(item)
-                except PromptTooLong as error:  # a setting to change, not a question to skip
-                    raise UserError(f"question {item.question_id!r}: {error}") from None
-                except ValueError as error:
-                    _missing(item, str(error), skip_missing, result)
+            for item, outcome in zip(batch, loaded.outcomes):
+                if isinstance(outcome, PromptTooLong):  # a setting to change, not a question to skip
+                    raise UserError(f"question {item.question_id!r}: {outcome}") from None
+                if isinstance(outcome, ValueError):
+                    _missing(item, str(outcome), skip_missing, result)
                     progress.update(1)
+                    continue
+                images.append(outcome)
+                ready.append(item)
             if not ready:
                 continue
+            prepared = {} if loaded.visuals is None else {"visuals": loaded.visuals}
             try:
-                texts = generator.generate([item.question for item in ready], images, config)
+                texts = generator.generate([item.question for item in ready], images, config, **prepared)
             except PromptTooLong as error:
                 shown = ", ".join(repr(item.question_id) for item in ready)
                 raise UserError(f"question{'s' if len(ready) > 1 else ''} {shown}: {error}") from None
@@ -189,6 +207,52 @@ def _answer(pending: Sequence[EvalItem], generator: LlavaGenerator, config: Gene
                     result.record.clear_skip(item.question_id)
             result.answered += len(ready)
             progress.update(len(ready))
+
+
+@dataclass
+class _Loaded:
+    """A batch read from disk: per item its images, or the error reading them raised (``PromptTooLong`` or
+    ``ValueError``), and the readable items' images preprocessed (:meth:`LlavaGenerator.prepare_visuals`)."""
+
+    outcomes: list[Any]
+    visuals: Visuals | None
+
+
+def _load(batch: Sequence[EvalItem], generator: LlavaGenerator) -> _Loaded:
+    outcomes: list[Any] = []
+    for item in batch:
+        try:
+            outcomes.append([ref.load_for(generator, item.question) for ref in item.images])
+        except (PromptTooLong, ValueError) as error:  # the main thread says it, in question order
+            outcomes.append(error)
+    ready = [outcome for outcome in outcomes if not isinstance(outcome, Exception)]
+    prepare = getattr(generator, "prepare_visuals", None)  # an endpoint's client sends the images as they are
+    return _Loaded(outcomes, prepare(ready) if prepare is not None and ready else None)
+
+
+def _loaded_batches(batches: list[list[EvalItem]], generator: LlavaGenerator,
+                    prefetch: bool) -> Iterator[tuple[list[EvalItem], _Loaded]]:
+    """Each batch with its images read and preprocessed. With ``prefetch``, the next batch is read in one background
+    thread while the model answers this one (as upstream's loader does with a DataLoader), unless its inputs read
+    the model to load (videos check their prompt's length with the tokenizer): those load in turn, here."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="llava-prefetch") as pool:
+
+        def start(index: int) -> Future[_Loaded] | None:
+            if not prefetch or index >= len(batches):
+                return None
+            if any(getattr(ref, "reads_model", False) for item in batches[index] for ref in item.images):
+                return None
+            return pool.submit(_load, batches[index], generator)
+
+        upcoming = start(0)
+        try:
+            for index, batch in enumerate(batches):
+                loaded = upcoming.result() if upcoming is not None else _load(batch, generator)
+                upcoming = start(index + 1)
+                yield batch, loaded
+        finally:  # stopped early (an error, a closed generator): the batch being read is not waited for in vain
+            if upcoming is not None:
+                upcoming.cancel()
 
 
 def _missing(item: EvalItem, reason: str, skip_missing: bool, result: RunResult) -> None:

@@ -7,7 +7,7 @@ import argparse
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import shortuuid
 from PIL import Image
@@ -25,6 +25,8 @@ class ImageRef:
 
     path: str | None = None
     base64: str | None = None
+    #: Whether :meth:`load_for` reads the model or its tokenizer (then the core loads it in the main thread).
+    reads_model: ClassVar[bool] = False
 
     def describe(self) -> str:
         return repr(self.path) if self.path is not None else "the embedded base64 image"

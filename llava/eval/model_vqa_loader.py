@@ -9,8 +9,9 @@ Usage (upstream's flags)::
         --temperature 0 --conv-mode vicuna_v1 [--num-chunks 8 --chunk-idx 0] [--batch-size 8]
 
 Same records and answers as :mod:`llava.eval.model_vqa`; only ``--max_new_tokens`` defaults to 128, as
-upstream. Upstream's version prefetches with a DataLoader and requires batch size 1; here batching is
-``--batch-size``.
+upstream. Upstream's version prefetches with a DataLoader and requires batch size 1; here every loader reads and
+preprocesses the next batch's images in a background thread while the model answers (:mod:`llava.eval.core`), and
+batching is ``--batch-size``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from llava.constants import IMAGE_TOKEN_INDEX
 from llava.eval.core import EvalItem, LoaderSpec, RunResult, args_with_defaults, get_chunk, run_loader, run_parsed, split_list
@@ -45,6 +45,8 @@ class VideoRef:
     video_fps: float = 1.0
     #: What the core's messages call it ("video file ... does not exist").
     kind: str = "video"
+    #: :meth:`load_for` tokenizes the prompt, so the core does not load videos in its prefetch thread.
+    reads_model: ClassVar[bool] = True
 
     def describe(self) -> str:
         return repr(self.path)

@@ -13,6 +13,7 @@
 #                                  PruMerge-16, with a torch.profiler summary of the first token and of an answer
 #   answer_speed_batch.json, .log  the same at batch 8 and 32 (Braco-16 first), profiled at batch 32
 #   answer_speed_compile.json, .log  batch 1, eager vs --fast compile (Braco-16, vanilla)
+#   loader_prefetch.json, .log     the loaders' loop reading the next batch ahead vs in turn (questions/s)
 #   coder_speed.json, coder_speed.log  the Braco coder: fused vs step-by-step, eager / CUDA graph / torch.compile
 #   gpu_bench.json, gpu_bench.log  matmul peak, braco cost --measure rows (compressor, prefill) with % of the peak
 #   gpu_cost.json, gpu_cost.log    braco cost --measure: every projector type at K = 16 (the module as built)
@@ -20,8 +21,8 @@
 #   gpu_tests.log, gpu_tests.xml   the other GPU tests (pytest -m gpu tests/gpu; JUnit XML)
 #   gpu_train.json, gpu_train.log  stage-2 training step, vanilla vs Braco-16 (LoRA, 7B shape)
 #   summary.txt                    one screen: versions, device, what passed, failed or could not run
-# Environment: GPU_CHECK_STEPS (all of "fast answer bench coder answer-batch answer-compile cost cost-reducers tests
-# train" by default, for a machine without a time limit), GPU_CHECK_BUDGET_S (total seconds, default 540), GPU_ANSWER_ARGS
+# Environment: GPU_CHECK_STEPS (all of "fast answer bench coder answer-batch answer-compile prefetch cost
+# cost-reducers tests train" by default, for a machine without a time limit), GPU_CHECK_BUDGET_S (total seconds, default 540), GPU_ANSWER_ARGS
 # (the answer steps' shape and device flags, default "--device cuda --dtype float16"; "--device cpu --layers 1
 # --shrink 64" checks their wiring on a CPU), GPU_BENCH_ARGS (extra flags of benchmarks/gpu_prefill.py), GPU_TEST_TIMEOUT_S (each GPU test's
 # time box where pytest-timeout is installed, default 120).
@@ -101,7 +102,7 @@ print("cuda available", torch.cuda.is_available(), torch.cuda.get_device_name(0)
 PY
 } 2>&1 | tee -a "$SUMMARY"
 
-STEPS=${GPU_CHECK_STEPS:-fast answer bench coder answer-batch answer-compile cost cost-reducers tests train}
+STEPS=${GPU_CHECK_STEPS:-fast answer bench coder answer-batch answer-compile prefetch cost cost-reducers tests train}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 ANSWER_ARGS=${GPU_ANSWER_ARGS:---device cuda --dtype float16}
 if has fast; then
@@ -134,6 +135,10 @@ if has answer-batch; then
 fi
 if has answer-compile; then  # --fast compile on CUDA: inductor's kernels captured (compiling a 7B step takes minutes)
     answer answer_speed_compile 300 --batch-sizes 1 --fast none compile --projectors braco_c3s7 mlp2x_gelu
+fi
+if has prefetch; then  # the loaders' loop reading the next batch ahead, against reading in turn (7B shape, batch 1)
+    step "loader prefetch" 150 "$OUT/loader_prefetch.log" python3 benchmarks/loader_prefetch.py \
+        --cache "${GPU_ANSWER_CACHE:-/tmp/llava-answer-speed}" --device cuda --out "$OUT/loader_prefetch.json"
 fi
 if has cost; then
     TAIL=16 step "braco cost, every projector type at K = 16" 90 "$OUT/gpu_cost.log" python3 -m braco_patch.cli cost \

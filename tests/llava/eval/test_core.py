@@ -240,3 +240,67 @@ def test_upstream_defaults() -> None:
     assert (loader.conv_mode, loader.temperature, loader.top_p, loader.num_beams) == ("llava_v1", 0.2, None, 1)
     assert (loader.num_chunks, loader.chunk_idx, loader.batch_size, loader.skip_missing) == (1, 0, 1, False)
     assert core.resolve_device(None) in ("cpu", "cuda") and core.resolve_device("cpu") == "cpu"
+
+
+# ------------------------------------------------------------------------------------------------ reading ahead
+
+
+def test_the_next_batch_is_read_in_a_background_thread_and_answers_do_not_change(bench_data: BenchData, tmp_path: Path) -> None:
+    import threading
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from llava.eval.items import ImageRef
+
+    readers: list[tuple[str, str]] = []
+
+    @dataclass(frozen=True)
+    class Watched(ImageRef):
+        def load(self):
+            readers.append((Path(self.path).name, threading.current_thread().name))
+            return super().load()
+
+    @dataclass(frozen=True)
+    class ReadsModel(Watched):
+        reads_model: ClassVar[bool] = True
+
+    class Preparing(FakeGenerator):
+        prepared: list[int] = []
+
+        def prepare_visuals(self, images):
+            self.prepared.append(len(images))
+            return {"prepared": len(images)}
+
+        def generate(self, questions, images, config, visuals=None):
+            assert visuals == {"prepared": len(questions)}  # what prepare_visuals made for exactly these questions
+            return super().generate(questions, images, config)
+
+    names = sorted(path.name for path in bench_data.images.iterdir())[:3]
+    answers = {}
+    for label, ref, prefetch in (("in turn", Watched, False), ("ahead", Watched, True), ("model", ReadsModel, True)):
+        readers.clear()
+        items = [EvalItem(question_id=index, question=f"q{index}", prompt=f"q{index}",
+                          images=(ref(str(bench_data.images / name)),)) for index, name in enumerate(names)]
+        generator = Preparing()
+        run_items(items, tmp_path / f"{label}.jsonl", lambda generator=generator: (generator, "m"), GenerationConfig(),
+                  model_id="m", prefetch=prefetch)
+        answers[label] = [line["text"] for line in read_answers(tmp_path / f"{label}.jsonl")]
+        threads = {thread for _, thread in readers}
+        assert [name for name, _ in readers] == names  # each image read once, in question order
+        if label == "ahead":
+            assert all(thread.startswith("llava-prefetch") for thread in threads), threads
+        else:  # not reading ahead, or a video-like input that reads the model: read in the loop's own thread
+            assert threads == {threading.current_thread().name}
+    assert answers["in turn"] == answers["ahead"] == answers["model"] and len(answers["ahead"]) == 3
+
+
+def test_an_error_stops_the_reading_thread_with_the_run(bench_data: BenchData, tmp_path: Path) -> None:
+    # Interrupted at the second batch: the third is not read afterwards, and the two answered stay.
+    import threading
+
+    generator = FakeGenerator(fail_on=3)
+    argv = vqa_argv(bench_data, tmp_path / "a.jsonl")
+    with pytest.raises(KeyboardInterrupt) as caught:  # its traceback, kept (as a caller's handler may), holds the loop's frame
+        run(model_vqa, argv, generator)
+    assert caught.traceback and not [thread for thread in threading.enumerate() if thread.name.startswith("llava-prefetch")]
+    assert len(read_answers(tmp_path / "a.jsonl")) == 2

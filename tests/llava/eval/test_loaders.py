@@ -101,6 +101,30 @@ def test_batched_greedy_equals_batch_size_one(checkpoint: Path, generator: core.
     assert texts["4"] == texts["1"]
 
 
+def test_reading_ahead_gives_the_answers_of_reading_in_turn(checkpoint: Path, generator: core.LlavaGenerator,
+                                                            bench_data: BenchData, tmp_path: Path) -> None:
+    """The loop's background reading (images preprocessed on the CPU in the model's dtype, moved when the batch
+    runs) answers as preprocessing inside ``generate`` does, with the real model, batch by batch."""
+    from llava.eval.items import EvalItem, ImageRef
+
+    names = sorted(path.name for path in bench_data.images.iterdir() if path.suffix in (".png", ".jpg"))[:4]
+    items = [EvalItem(question_id=index, question="What is in the image?", prompt=str(index),
+                      images=(ImageRef(str(bench_data.images / name)),)) for index, name in enumerate(names)]
+    texts = {}
+    for prefetch in (False, True):
+        out = tmp_path / f"prefetch-{prefetch}.jsonl"
+        core.run_items(items, out, lambda: (generator, "tiny"), core.GenerationConfig(temperature=0, max_new_tokens=8),
+                       model_id="tiny", batch_size=2, prefetch=prefetch)
+        texts[prefetch] = [line["text"] for line in answers(out)]
+    assert len(texts[True]) == len(names) and any(texts[True]), "nothing to compare"
+    assert texts[True] == texts[False]
+    images = [[ImageRef(str(bench_data.images / name)).load()] for name in names[:2]]
+    config = core.GenerationConfig(temperature=0, max_new_tokens=8)
+    questions = ["What is in the image?"] * 2
+    assert generator.generate(questions, images, config, visuals=generator.prepare_visuals(images)) == \
+        generator.generate(questions, images, config)
+
+
 def test_interrupted_run_resumes(checkpoint: Path, generator: core.LlavaGenerator, bench_data: BenchData, tmp_path: Path) -> None:
     questions = write_vqa_questions(tmp_path / "questions.jsonl", count=8)
     argv = common(checkpoint, tmp_path / "answers.jsonl", "--question-file", str(questions), "--image-folder", str(bench_data.images), "--batch-size", "2")
