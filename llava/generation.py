@@ -144,6 +144,7 @@ class LlavaGenerator:
         pixels, sizes, modalities = visuals_to_pixels(flat, self.image_processor, self.model.config, "cpu", self.dtype)
         return Visuals(pixels, sizes, modalities)
 
+    @torch.inference_mode()
     def generate(self, questions: Sequence[str], images: Sequence[Sequence[Image.Image]], config: GenerationConfig,
                  visuals: Visuals | None = None) -> list[str]:
         """Answer a batch; every question must come with the same number of images.

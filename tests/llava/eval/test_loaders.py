@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from llava.eval import core, model_vqa, model_vqa_loader, model_vqa_mmbench, model_vqa_science
 
@@ -121,8 +122,14 @@ def test_reading_ahead_gives_the_answers_of_reading_in_turn(checkpoint: Path, ge
     images = [[ImageRef(str(bench_data.images / name)).load()] for name in names[:2]]
     config = core.GenerationConfig(temperature=0, max_new_tokens=8)
     questions = ["What is in the image?"] * 2
-    assert generator.generate(questions, images, config, visuals=generator.prepare_visuals(images)) == \
-        generator.generate(questions, images, config)
+    modes: list[bool] = []
+    hook = generator.model.get_output_embeddings().register_forward_pre_hook(lambda *_: modes.append(torch.is_inference_mode_enabled()))
+    try:
+        assert generator.generate(questions, images, config, visuals=generator.prepare_visuals(images)) == \
+            generator.generate(questions, images, config)
+    finally:
+        hook.remove()
+    assert modes and all(modes)  # generate runs under inference mode (no autograd record of the answers)
 
 
 def test_interrupted_run_resumes(checkpoint: Path, generator: core.LlavaGenerator, bench_data: BenchData, tmp_path: Path) -> None:
