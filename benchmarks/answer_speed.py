@@ -20,9 +20,11 @@ the loop every ``model_vqa*`` loader runs, at each ``--batch-sizes`` entry and e
   time; each figure comes from the median round.
 
 Greedy answers of a fast path are compared with the eager ones (``same_answers``; where they differ, how many and
-at which word each first differs: random float16 weights leave near-ties that rounding can flip). ``--budget-s`` time-boxes the run:
-settings left when it is spent are listed as skipped. Output: JSON (a header with the machine, versions and the
-command, and one row per setting) and a markdown table on stdout.
+at which word each first differs: random float16 weights leave near-ties that rounding can flip). ``--budget-s``
+time-boxes the run: settings left when it is spent are listed as skipped; a setting that fails is a row saying why
+(its traceback in the log), and the others still run. ``--profile-batches`` adds a ``torch.profiler`` summary
+(``benchmarks/profile_summary.py``). Output: JSON (a header with the machine, versions and the command, and one row
+per setting) and a markdown table on stdout.
 """
 
 from __future__ import annotations
