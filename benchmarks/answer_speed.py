@@ -30,11 +30,9 @@ per setting) and a markdown table on stdout.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -52,12 +50,11 @@ from PIL import Image  # noqa: E402
 if __package__ in (None, ""):  # run as a file: import llava and the sibling module from the checkout
     sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
+import random_llava as bench  # noqa: E402
 from profile_summary import profile_call, summary_line  # noqa: E402
-from random_llava import Shape, write_random_llava  # noqa: E402
 
 from llava.capture import FAST_MODES  # noqa: E402
-from llava.devices import resolve_device, resolve_dtype  # noqa: E402
-from llava.outputs import guard_outputs, write_json  # noqa: E402
+from llava.outputs import write_json  # noqa: E402
 from llava.utils import UserError, cli_main  # noqa: E402
 
 #: Vanilla, Braco-16 (C = 3, S = 7) and a fixed-K baseline at the same budget.
@@ -72,12 +69,7 @@ QUESTIONS = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", required=True, help="folder for the random checkpoint (written once, then reused)")
-    parser.add_argument("--out", required=True, help="JSON file for the results")
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--dtype", default=None, help="float16, bfloat16 or float32 (default: float16 on cuda, float32 on cpu)")
-    parser.add_argument("--layers", type=int, default=None, help="cap the LLM's layers (and the tower's, at least 2)")
-    parser.add_argument("--shrink", type=int, default=1, help="divide every width by this (a CPU run)")
+    bench.add_checkpoint_args(parser)
     parser.add_argument("--projectors", nargs="+", default=list(PROJECTORS))
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--fast", nargs="+", choices=FAST_MODES, default=None,
@@ -93,13 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    for name in ("shrink", "new_tokens", "rounds"):
+    bench.check_checkpoint_args(args)
+    for name in ("new_tokens", "rounds"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.new_tokens < 2:
         raise UserError(f"--new-tokens must be at least 2 (the first token is timed apart), got {args.new_tokens}")
-    if args.layers is not None and args.layers < 1:
-        raise UserError(f"--layers must be at least 1, got {args.layers}")
     if any(batch < 1 for batch in args.batch_sizes):
         raise UserError(f"--batch-sizes must be at least 1, got {args.batch_sizes}")
     if args.threads is not None and args.threads < 1:
@@ -252,9 +243,7 @@ class Report:
 
 def run(args: argparse.Namespace, device: str, dtype: torch.dtype, paths: list[str], report: Report) -> None:
     """Every setting's row into ``report``; the settings the time budget leaves out are listed as skipped."""
-    from llava.generation import load_generator
-
-    checkpoint = write_random_llava(args.cache, Shape(args.layers, args.shrink), args.projectors, device=device, dtype=dtype)
+    checkpoint = bench.write_random_llava(args.cache, bench.Shape(args.layers, args.shrink), args.projectors, device=device, dtype=dtype)
     print(f"checkpoint ready after {time.perf_counter() - report.started:.0f} s: {checkpoint.base.parent}", file=sys.stderr,
           flush=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -264,10 +253,7 @@ def run(args: argparse.Namespace, device: str, dtype: torch.dtype, paths: list[s
             if _out_of_time(args, report):
                 report.skipped.append(f"{projector} (all)")
                 continue
-            generator, name = load_generator(str(checkpoint.projectors[projector]), str(checkpoint.base), "vicuna_v1", device, fast="none")
-            generator.model.to(dtype=dtype)
-            generator.dtype = dtype
-            generator.model.generation_config.min_new_tokens = args.new_tokens
+            generator, name = bench.load_answering(checkpoint, projector, device, dtype, fast="none", new_tokens=args.new_tokens)
             answering = Answering(generator, name, device, Path(scratch))
             measure_projector(answering, projector, visual_tokens(generator, images[0]), items, paths, args, report)
             del generator, answering
@@ -347,9 +333,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     check_args(args)
-    guard_outputs(files={"--out": args.out})
-    device = resolve_device(args.device)
-    dtype = resolve_dtype(args.dtype, device)
+    device, dtype = bench.start_run(args)
     paths = args.fast or (["none", "cudagraph"] if device.startswith("cuda") else ["none", "compile"])
     from llava.model.fast_flag import resolve_fast
 
@@ -357,16 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         resolve_fast(fast, device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    import transformers
-
-    header = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else
-        f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
-        "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "transformers": transformers.__version__,
-        "shape": Shape(args.layers, args.shrink).key,
-    }
+    header = bench.run_header(argv, args, device, dtype)
     report = Report(args.out, header, time.perf_counter())
     run(args, device, dtype, paths, report)
     print(table(report.rows))

@@ -16,10 +16,8 @@ seconds per call, questions/s, and whether both settings gave the same answers.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -36,21 +34,15 @@ from PIL import Image  # noqa: E402
 if __package__ in (None, ""):
     sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from random_llava import Shape, write_random_llava  # noqa: E402
+import random_llava as bench  # noqa: E402
 
-from llava.devices import resolve_device, resolve_dtype  # noqa: E402
-from llava.outputs import guard_outputs, write_json  # noqa: E402
+from llava.outputs import write_json  # noqa: E402
 from llava.utils import UserError, cli_main  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", required=True, help="folder for the random checkpoint (written once, then reused)")
-    parser.add_argument("--out", required=True, help="JSON file for the results")
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--dtype", default=None, help="float16, bfloat16 or float32 (default: float16 on cuda, float32 on cpu)")
-    parser.add_argument("--layers", type=int, default=None, help="cap the LLM's layers (and the tower's, at least 2)")
-    parser.add_argument("--shrink", type=int, default=1, help="divide every width by this (a CPU run)")
+    bench.add_checkpoint_args(parser)
     parser.add_argument("--projector", default="braco_c3s7")
     parser.add_argument("--fast", default=None, help="the generation path (default: the device's, as the loaders)")
     parser.add_argument("--questions", type=int, default=64)
@@ -62,11 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    for name in ("shrink", "questions", "batch_size", "new_tokens", "rounds"):
+    bench.check_checkpoint_args(args)
+    for name in ("questions", "batch_size", "new_tokens", "rounds"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.layers is not None and args.layers < 1:
-        raise UserError(f"--layers must be at least 1, got {args.layers}")
     if min(args.image_size) < 16:
         raise UserError(f"--image-size must be at least 16 x 16 pixels, got {args.image_size}")
 
@@ -86,19 +77,12 @@ def write_photos(folder: Path, count: int, size: tuple[int, int]) -> list[Path]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     check_args(args)
-    guard_outputs(files={"--out": args.out})
-    device = resolve_device(args.device)
-    dtype = resolve_dtype(args.dtype, device)
+    device, dtype = bench.start_run(args)
     from llava.eval.core import GenerationConfig, run_items
     from llava.eval.items import EvalItem, ImageRef
-    from llava.generation import load_generator
 
-    checkpoint = write_random_llava(args.cache, Shape(args.layers, args.shrink), [args.projector], device=device, dtype=dtype)
-    generator, name = load_generator(str(checkpoint.projectors[args.projector]), str(checkpoint.base), "vicuna_v1", device,
-                                     fast=args.fast)
-    generator.model.to(dtype=dtype)
-    generator.dtype = dtype
-    generator.model.generation_config.min_new_tokens = args.new_tokens
+    checkpoint = bench.write_random_llava(args.cache, bench.Shape(args.layers, args.shrink), [args.projector], device=device, dtype=dtype)
+    generator, name = bench.load_answering(checkpoint, args.projector, device, dtype, fast=args.fast, new_tokens=args.new_tokens)
     config = GenerationConfig(temperature=0, max_new_tokens=args.new_tokens)
     seconds: dict[bool, list[float]] = {False: [], True: []}
     texts: dict[bool, list[str]] = {}
@@ -123,15 +107,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = {("prefetch" if prefetch else "in turn"): {
         "median_s": round(statistics.median(values), 3), "rounds_s": [round(value, 3) for value in values],
         "questions_per_s": round(args.questions / statistics.median(values), 2)} for prefetch, values in seconds.items()}
-    import transformers
-
     result = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else
-        f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {os.cpu_count()} cores)",
-        "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "transformers": transformers.__version__,
-        "projector": args.projector, "shape": Shape(args.layers, args.shrink).key, "questions": args.questions,
+        **bench.run_header(argv, args, device, dtype),
+        "projector": args.projector, "questions": args.questions,
         "batch_size": args.batch_size, "new_tokens": args.new_tokens, "image_size": args.image_size,
         "rows": rows, "speedup": round(rows["in turn"]["median_s"] / rows["prefetch"]["median_s"], 3),
         "same_answers": texts[False] == texts[True],

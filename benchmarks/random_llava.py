@@ -16,13 +16,19 @@ killed write is redone, and a folder of someone else's files is refused.
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import os
+import platform
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from llava.outputs import MARKER, atomic_folder, check_output_folder, is_ours, write_text
+from llava.utils import UserError
 
 COMMAND = "benchmarks/answer_speed.py"
 TEMPLATE_TEXTS = [
@@ -126,4 +132,60 @@ def write_random_llava(cache: str | os.PathLike[str], shape: Shape, projectors: 
     return RandomLlava(base=parts["base"], tower=parts["tower"], projectors=written)
 
 
-__all__ = ["RandomLlava", "Shape", "write_random_llava"]
+def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
+    """The flags of a benchmark that answers with a random checkpoint: where it lives, the shape, device and output."""
+    parser.add_argument("--cache", required=True, help="folder for the random checkpoint (written once, then reused)")
+    parser.add_argument("--out", required=True, help="JSON file for the results")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--dtype", default=None, help="float16, bfloat16 or float32 (default: float16 on cuda, float32 on cpu)")
+    parser.add_argument("--layers", type=int, default=None, help="cap the LLM's layers (and the tower's, at least 2)")
+    parser.add_argument("--shrink", type=int, default=1, help="divide every width by this (a CPU run)")
+
+
+def check_checkpoint_args(args: argparse.Namespace) -> None:
+    """:func:`add_checkpoint_args`' values, each bad one one sentence."""
+    if args.shrink < 1:
+        raise UserError(f"--shrink must be at least 1, got {args.shrink}")
+    if args.layers is not None and args.layers < 1:
+        raise UserError(f"--layers must be at least 1, got {args.layers}")
+
+
+def start_run(args: argparse.Namespace) -> tuple[str, torch.dtype]:
+    """Refuse an ``--out`` this run cannot write (before any work) and resolve ``--device`` / ``--dtype``."""
+    from llava.devices import resolve_device, resolve_dtype
+    from llava.outputs import guard_outputs
+
+    guard_outputs(files={"--out": args.out})
+    device = resolve_device(args.device)
+    return device, resolve_dtype(args.dtype, device)
+
+
+def run_header(argv: list[str] | None, args: argparse.Namespace, device: str, dtype: torch.dtype) -> dict[str, Any]:
+    """What a result file says about its run: the command, UTC date, device, dtype, versions and the shape."""
+    import transformers
+
+    return {
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else
+        f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {os.cpu_count()} cores)",
+        "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "transformers": transformers.__version__,
+        "shape": Shape(args.layers, args.shrink).key,
+    }
+
+
+def load_answering(checkpoint: RandomLlava, projector: str, device: str, dtype: torch.dtype, *, fast: str | None,
+                   new_tokens: int) -> tuple[Any, str]:
+    """``llava.generation.load_generator`` on one projector of ``checkpoint`` in ``dtype``, every answer made
+    exactly ``new_tokens`` long (``min_new_tokens``), so that timings compare like with like."""
+    from llava.generation import load_generator
+
+    generator, name = load_generator(str(checkpoint.projectors[projector]), str(checkpoint.base), "vicuna_v1", device, fast=fast)
+    generator.model.to(dtype=dtype)
+    generator.dtype = dtype
+    generator.model.generation_config.min_new_tokens = new_tokens
+    return generator, name
+
+
+__all__ = ["RandomLlava", "Shape", "add_checkpoint_args", "check_checkpoint_args", "load_answering", "run_header", "start_run",
+           "write_random_llava"]
