@@ -1,10 +1,15 @@
 #!/bin/bash
 # Run THERE, on a GPU machine, from the repository root (issues 15, 29, 33): `make gpu-check` runs every step. With the
 # device tool (at most 10 minutes a command, 15 minutes of device time in all): first `bash scripts/gpu/fetch_wheels.sh`
-# here, then two calls back to back (the second while the machine is still warm), each with carry [".whl"]:
+# here, then two calls back to back (the second while the machine is still warm), each with carry [".whl"]. The
+# calls that measured docs/BENCHMARKS.md's figures of 2026-11-27 (docs/gpu/h200-2026-11-27/README.md):
 #   GPU_CHECK_STEPS="fast answer bench coder" GPU_CHECK_BUDGET_S=460 GPU_BENCH_ARGS="--batch-sizes 32 --fast none" \
 #       bash scripts/gpu/check.sh
-#   GPU_CHECK_STEPS="answer-batch cost tests" GPU_CHECK_BUDGET_S=280 bash scripts/gpu/check.sh
+#   GPU_CHECK_STEPS="answer-batch cost tests" GPU_CHECK_BUDGET_S=255 bash scripts/gpu/check.sh
+# What they left for the next lent machine (the seeded-sampling fix and --fast compile with Braco, both untested on
+# CUDA; --fast compile's speed; reading ahead; DeepSpeed ZeRO-2/3 and the fused-coder tests):
+#   GPU_CHECK_STEPS="fast answer-compile prefetch" GPU_CHECK_BUDGET_S=460 bash scripts/gpu/check.sh
+#   GPU_CHECK_STEPS="tests" GPU_CHECK_BUDGET_S=300 GPU_TEST_TIMEOUT_S=150 bash scripts/gpu/check.sh
 # Each installs the carried wheels and the project (offline), then runs its steps in that order, time-boxed; a failed
 # step does not stop the next. Results go to $OUT (or outputs/gpu):
 #   gpu_fast.log, gpu_fast.xml     the fast generation path's GPU tests (tests/gpu/test_fast_generation.py)
@@ -22,10 +27,11 @@
 #   gpu_train.json, gpu_train.log  stage-2 training step, vanilla vs Braco-16 (LoRA, 7B shape)
 #   summary.txt                    one screen: versions, device, what passed, failed or could not run
 # Environment: GPU_CHECK_STEPS (all of "fast answer bench coder answer-batch answer-compile prefetch cost
-# cost-reducers tests train" by default, for a machine without a time limit), GPU_CHECK_BUDGET_S (total seconds, default 540), GPU_ANSWER_ARGS
-# (the answer steps' shape and device flags, default "--device cuda --dtype float16"; "--device cpu --layers 1
-# --shrink 64" checks their wiring on a CPU), GPU_BENCH_ARGS (extra flags of benchmarks/gpu_prefill.py), GPU_TEST_TIMEOUT_S (each GPU test's
-# time box where pytest-timeout is installed, default 120).
+# cost-reducers tests train" by default, for a machine without a time limit), GPU_CHECK_BUDGET_S (total seconds,
+# default 540), GPU_ANSWER_ARGS (the answer steps' shape and device flags, default "--device cuda --dtype float16";
+# "--device cpu --layers 1 --shrink 64" checks their wiring on a CPU), GPU_BENCH_ARGS (extra flags of
+# benchmarks/gpu_prefill.py), GPU_TEST_TIMEOUT_S (each GPU test's time box where pytest-timeout is installed,
+# default 120).
 # Exit status: 0 when every step passed; 1 when a step failed, timed out or was skipped for lack of time (the
 # summary says which); 2 when $OUT is a folder of someone else's files (it is left untouched), a file, or cannot be
 # written.
