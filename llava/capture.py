@@ -72,25 +72,19 @@ class CudaGraphCall:
         import torch
 
         self.static_args = tuple(a.clone() for a in example_args)
-        # The warm-up calls draw random numbers (a sampling step does); the caller's generator must not see them, or
-        # a seeded generate() that happens to capture would differ from the same call replaying (tests/gpu).
-        rng_state = torch.cuda.get_rng_state()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up off the capture stream, as torch.cuda.graphs documents
+            for _ in range(warmup):
+                fn(*self.static_args)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.stream(stream):  # warm-up off the capture stream, as torch.cuda.graphs documents
-                for _ in range(warmup):
-                    fn(*self.static_args)
-            torch.cuda.current_stream().wait_stream(stream)
-            self.graph = torch.cuda.CUDAGraph()
-            try:
-                # thread_local: eager CUDA work of other threads (a server's requests) may go on during a capture
-                with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-                    self.static_out = fn(*self.static_args)
-            except RuntimeError as exc:
-                raise RuntimeError(f"CUDA graph capture failed ({exc}); use --fast compile or none") from exc
-        finally:
-            torch.cuda.set_rng_state(rng_state)
+            # thread_local: eager CUDA work of other threads (a server's other requests) may go on during a capture
+            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+                self.static_out = fn(*self.static_args)
+        except RuntimeError as exc:
+            raise RuntimeError(f"CUDA graph capture failed ({exc}); use --fast compile or none") from exc
 
     def __call__(self, *args: torch.Tensor) -> Any:
         if len(args) != len(self.static_args):

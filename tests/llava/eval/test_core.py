@@ -265,10 +265,7 @@ def test_the_next_batch_is_read_in_a_background_thread_and_answers_do_not_change
         reads_model: ClassVar[bool] = True
 
     class Preparing(FakeGenerator):
-        prepared: list[int] = []
-
         def prepare_visuals(self, images):
-            self.prepared.append(len(images))
             return {"prepared": len(images)}
 
         def generate(self, questions, images, config, visuals=None):
